@@ -1,0 +1,101 @@
+"""The evaluation protocol's knobs, in one frozen dataclass with documented defaults."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+# Default tolerance by output dtype: (atol, rtol). fp32 is strict so TF32/fp16 shortcuts inside an
+# fp32 problem fail; half precisions get KernelBench's customary 1e-2.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-6, 1e-6),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How a candidate is checked and timed. Every field changes the config hash, so a batch re-run
+    with another protocol never reuses measurements taken under this one."""
+
+    device: str = "cpu"  # "cpu" or "cuda:N"
+    # --- correctness
+    correctness_trials: int = 5  # fresh, unpredictable seeds each; one trial reuses the previous buffers
+    tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
+    # when the reference's values are smaller than atol. None disables; default follows the tolerance.
+    rel_l2_tolerance: float | None = None
+    # --- timing
+    timing: bool = True
+    warmup_iters: int = 3
+    timing_trials: int = 7  # paired reference/candidate trials in random order; the median is reported
+    target_trial_ms: float = 40.0  # iterations per trial are chosen so a trial lasts about this long
+    min_iters: int = 3
+    max_iters: int = 200
+    input_sets: int = 2  # distinct input sets rotated inside a trial (fresh seeds every trial)
+    max_spread: float = 0.15  # trimmed (max-min)/median of per-trial speedups; above: measure again
+    remeasure: int = 2  # extra measurements allowed for a noisy result before it is flagged "noisy"
+    spot_checks_per_trial: int = 1  # outputs compared to the reference inside the timed loop
+    flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
+    cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
+    # Reject when the candidate claims to save more time than the parent's own wall clock saw.
+    wallclock_slack: float = 0.25
+    # --- bounds
+    build_timeout_s: float = 600.0  # exec of the module plus its extension builds
+    load_timeout_s: float = 120.0  # constructing ModelNew after the build
+    run_timeout_s: float = 120.0  # one command (a correctness trial, a timing trial)
+    memory_limit_mb: int = 8192  # CPU device only: RLIMIT_AS of a worker (CUDA needs a huge VA space)
+    # --- static policy
+    static_checks: bool = True
+    degenerate_policy: str = "flag"  # "flag" or "reject": reference output constant across seeds
+
+    def __post_init__(self) -> None:
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device={self.device!r}: use 'cpu' or 'cuda:N'")
+        for name in ("correctness_trials", "timing_trials", "min_iters", "max_iters", "input_sets"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be at least 1")
+        if self.min_iters > self.max_iters:
+            raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
+        if self.tolerance is not None and not (0 < self.tolerance < 1):
+            raise ValueError(f"tolerance={self.tolerance}: pass a number in (0, 1), e.g. 1e-2")
+        if self.degenerate_policy not in ("flag", "reject"):
+            raise ValueError(f"degenerate_policy={self.degenerate_policy!r}: use 'flag' or 'reject'")
+        for name in ("build_timeout_s", "load_timeout_s", "run_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be positive seconds")
+
+    def tolerance_for(self, dtype: str) -> tuple[float, float]:
+        if self.tolerance is not None:
+            return (self.tolerance, self.tolerance)
+        return tuple(self.tolerances.get(dtype.replace("torch.", ""), (1e-4, 1e-4)))  # type: ignore[return-value]
+
+    def rel_l2_for(self, dtype: str) -> float:
+        if self.rel_l2_tolerance is not None:
+            return self.rel_l2_tolerance
+        return max(self.tolerance_for(dtype))
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def measurement_dict(self) -> dict[str, Any]:
+        """The fields that decide a measurement (bounds and the device index are excluded)."""
+        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+    @property
+    def hash(self) -> str:
+        payload = json.dumps(self.measurement_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def with_device(self, device: str) -> EvalConfig:
+        return replace(self, device=device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,152 @@
+"""Problems: a benchmark item is a reference PyTorch program (``Model``, ``get_inputs``,
+``get_init_inputs``); loaders for KernelBench JSONL/folders, the CUDA-L1 release and the starter suite."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One benchmark item. ``problem_id`` is unique inside a suite, e.g. ``"L1-19"`` or ``"starter-03"``."""
+
+    problem_id: str
+    level: int
+    name: str
+    source: str
+    suite: str = "custom"
+
+    @property
+    def sha256(self) -> str:
+        """Content hash of the reference source: evaluations are keyed on it, not on the id."""
+        return sha256_text(self.source)
+
+
+@dataclass(frozen=True)
+class ReleasedKernel:
+    """One row of a CUDA-L1 release file: the problem, the released candidate (if any), reported scores."""
+
+    problem: Problem
+    candidate_source: str | None
+    gpu: str
+    reported: dict[str, float | None] = field(default_factory=dict)
+
+
+class ProblemLoadError(ValueError):
+    """A problem source could not be read; the message names the file and the fix."""
+
+
+def _check_reference(source: str, where: str) -> None:
+    for needed in ("class Model", "def get_inputs", "def get_init_inputs"):
+        if needed not in source:
+            raise ProblemLoadError(
+                f"{where}: reference source lacks `{needed}`; a problem must define class Model, "
+                "get_inputs() and get_init_inputs() (KernelBench format)"
+            )
+
+
+def kernelbench_id(level: int, number: int) -> str:
+    return f"L{level}-{number}"
+
+
+def load_kernelbench_jsonl(path: str | Path, levels: Iterable[int] | None = None) -> list[Problem]:
+    """Rows ``{"level", "problem_id", "name", "code"}`` as in KernelBench's published problems."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProblemLoadError(f"{path}: no such KernelBench JSONL file; point `problems.suites` at one")
+    wanted = set(levels) if levels is not None else None
+    problems = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            level, number, name, code = int(row["level"]), int(row["problem_id"]), row["name"], row["code"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProblemLoadError(f"{path}:{lineno}: not a KernelBench row ({exc!r})") from exc
+        if wanted is not None and level not in wanted:
+            continue
+        _check_reference(code, f"{path}:{lineno}")
+        problems.append(Problem(kernelbench_id(level, number), level, name, code, suite="kernelbench"))
+    return problems
+
+
+_KB_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+
+
+def load_problem_folder(path: str | Path, level: int | None = None, suite: str | None = None) -> list[Problem]:
+    """A folder of KernelBench-format ``.py`` files (``19_ReLU.py``) or a KernelBench checkout with
+    ``level1/``... sub-folders. Files without a number prefix are numbered in name order."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ProblemLoadError(f"{path}: no such folder of problem modules")
+    subdirs = sorted(p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"level\d+", p.name))
+    if subdirs and level is None:
+        out: list[Problem] = []
+        for sub in subdirs:
+            out += load_problem_folder(sub, level=int(sub.name[5:]), suite=suite or "kernelbench")
+        return out
+    files = sorted(path.glob("*.py"), key=lambda p: (int(m.group(1)) if (m := _KB_FILE.match(p.name)) else 10**9, p.name))
+    problems = []
+    for index, file in enumerate(files, 1):
+        if file.name.startswith("_"):
+            continue
+        source = file.read_text()
+        _check_reference(source, str(file))
+        m = _KB_FILE.match(file.name)
+        number, name = (int(m.group(1)), m.group(2)) if m else (index, file.stem)
+        lvl = level if level is not None else 1
+        prefix = suite or path.name
+        pid = kernelbench_id(lvl, number) if prefix == "kernelbench" else f"{prefix}-L{lvl}-{number}"
+        problems.append(Problem(pid, lvl, name, source, suite=suite or path.name))
+    if not problems:
+        raise ProblemLoadError(f"{path}: holds no problem modules (*.py with class Model)")
+    return problems
+
+
+SCORE_FIELDS = (
+    "score_default",
+    "score_torch_compile_default",
+    "score_torch_compile_reduce_overhead",
+    "score_cuda_graph",
+    "score_cudnn",
+)
+
+
+def load_cudal1_release(path: str | Path) -> list[ReleasedKernel]:
+    """A CUDA-L1 ``optimized_cuda_code`` JSONL (one GPU). Problem ids follow KernelBench's ``L{level}-{n}``;
+    the reference is the row's own ``ref_code`` (its sizes can differ from today's KernelBench)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProblemLoadError(f"{path}: no such CUDA-L1 release file (expected e.g. ../shared/cuda-l1/h100.jsonl)")
+    gpu = path.stem
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            level, number, ref = int(row["level_id"]), int(row["task_id"]), row["ref_code"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProblemLoadError(f"{path}:{lineno}: not a CUDA-L1 release row ({exc!r})") from exc
+        problem = Problem(kernelbench_id(level, number), level, f"cudal1-{gpu}-L{level}-{number}", ref, suite=f"cudal1-{gpu}")
+        reported = {k: (float(row[k]) if row.get(k) is not None else None) for k in SCORE_FIELDS}
+        rows.append(ReleasedKernel(problem, row.get("custom_code"), gpu, reported))
+    return rows
+
+
+STARTER_DIR = Path(__file__).parent / "suites" / "starter"
+
+
+def load_starter_suite() -> list[Problem]:
+    """The project's own offline problems, each well under a second on a 2-core CPU."""
+    return load_problem_folder(STARTER_DIR, level=None, suite="starter")
