@@ -17,7 +17,7 @@ def sha256_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """One benchmark item. ``problem_id`` is unique inside a suite, e.g. ``"L1-19"`` or ``"starter-03"``."""
+    """One benchmark item. ``problem_id`` is unique inside a suite, e.g. ``"L1-19"`` or ``"starter-L1-3"``."""
 
     problem_id: str
     level: int
@@ -45,9 +45,19 @@ class ProblemLoadError(ValueError):
     """A problem source could not be read; the message names the file and the fix."""
 
 
-def _check_reference(source: str, where: str) -> None:
-    for needed in ("class Model", "def get_inputs", "def get_init_inputs"):
-        if needed not in source:
+# Top-level definitions only; a bare substring test would take `class ModelNew` for `class Model`.
+_REFERENCE_PARTS = {
+    "class Model": re.compile(r"^class\s+Model\b", re.MULTILINE),
+    "def get_inputs": re.compile(r"^def\s+get_inputs\b", re.MULTILINE),
+    "def get_init_inputs": re.compile(r"^def\s+get_init_inputs\b", re.MULTILINE),
+}
+
+
+def _check_reference(source: object, where: str) -> None:
+    if not isinstance(source, str):
+        raise ProblemLoadError(f"{where}: reference source is {type(source).__name__}, not Python text")
+    for needed, pattern in _REFERENCE_PARTS.items():
+        if not pattern.search(source):
             raise ProblemLoadError(
                 f"{where}: reference source lacks `{needed}`; a problem must define class Model, "
                 "get_inputs() and get_init_inputs() (KernelBench format)"
@@ -65,7 +75,7 @@ def load_kernelbench_jsonl(path: str | Path, levels: Iterable[int] | None = None
         raise ProblemLoadError(f"{path}: no such KernelBench JSONL file; point `problems.suites` at one")
     wanted = set(levels) if levels is not None else None
     problems = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -81,33 +91,53 @@ def load_kernelbench_jsonl(path: str | Path, levels: Iterable[int] | None = None
 
 
 _KB_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+_LEVEL_DIR = re.compile(r"^level(\d+)$")
+
+
+def _numbered_files(path: Path) -> list[tuple[int, str, Path]]:
+    """``(number, name, file)`` in number order; unnumbered files follow the highest number, in name order,
+    so that they can never take a number that a ``NN_Name.py`` file already has."""
+    files = sorted(f for f in path.glob("*.py") if not f.name.startswith("_"))
+    numbered = [(int(m.group(1)), m.group(2), f) for f in files if (m := _KB_FILE.match(f.name))]
+    unnumbered = [f for f in files if not _KB_FILE.match(f.name)]
+    start = max((n for n, _, _ in numbered), default=0)
+    out = sorted(numbered, key=lambda t: (t[0], t[2].name))
+    out += [(start + i, f.stem, f) for i, f in enumerate(unnumbered, 1)]
+    seen: dict[int, Path] = {}
+    for number, _, file in out:
+        if number in seen:
+            raise ProblemLoadError(
+                f"{file}: problem number {number} is also used by {seen[number].name}; renumber one of them"
+            )
+        seen[number] = file
+    return out
 
 
 def load_problem_folder(path: str | Path, level: int | None = None, suite: str | None = None) -> list[Problem]:
     """A folder of KernelBench-format ``.py`` files (``19_ReLU.py``) or a KernelBench checkout with
-    ``level1/``... sub-folders. Files without a number prefix are numbered in name order."""
+    ``level1/``... sub-folders. Files without a number prefix are numbered after the numbered ones.
+    The level is ``level``, else the folder's own ``levelN`` name, else 1."""
     path = Path(path)
     if not path.is_dir():
         raise ProblemLoadError(f"{path}: no such folder of problem modules")
-    subdirs = sorted(p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"level\d+", p.name))
+    subdirs = sorted(
+        (int(m.group(1)), p) for p in path.iterdir() if p.is_dir() and (m := _LEVEL_DIR.match(p.name))
+    )
     if subdirs and level is None:
         out: list[Problem] = []
-        for sub in subdirs:
-            out += load_problem_folder(sub, level=int(sub.name[5:]), suite=suite or "kernelbench")
+        for lvl, sub in subdirs:
+            out += load_problem_folder(sub, level=lvl, suite=suite or "kernelbench")
         return out
-    files = sorted(path.glob("*.py"), key=lambda p: (int(m.group(1)) if (m := _KB_FILE.match(p.name)) else 10**9, p.name))
+    if level is None:
+        m = _LEVEL_DIR.match(path.name)
+        level = int(m.group(1)) if m else 1
+    suite = suite or path.name
     problems = []
-    for index, file in enumerate(files, 1):
-        if file.name.startswith("_"):
-            continue
-        source = file.read_text()
+    for number, name, file in _numbered_files(path):
+        source = file.read_text(encoding="utf-8")
         _check_reference(source, str(file))
-        m = _KB_FILE.match(file.name)
-        number, name = (int(m.group(1)), m.group(2)) if m else (index, file.stem)
-        lvl = level if level is not None else 1
-        prefix = suite or path.name
-        pid = kernelbench_id(lvl, number) if prefix == "kernelbench" else f"{prefix}-L{lvl}-{number}"
-        problems.append(Problem(pid, lvl, name, source, suite=suite or path.name))
+        pid = kernelbench_id(level, number) if suite == "kernelbench" else f"{suite}-L{level}-{number}"
+        problems.append(Problem(pid, level, name, source, suite=suite))
     if not problems:
         raise ProblemLoadError(f"{path}: holds no problem modules (*.py with class Model)")
     return problems
@@ -130,17 +160,19 @@ def load_cudal1_release(path: str | Path) -> list[ReleasedKernel]:
         raise ProblemLoadError(f"{path}: no such CUDA-L1 release file (expected e.g. ../shared/cuda-l1/h100.jsonl)")
     gpu = path.stem
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             level, number, ref = int(row["level_id"]), int(row["task_id"]), row["ref_code"]
+            reported = {k: (float(row[k]) if row.get(k) is not None else None) for k in SCORE_FIELDS}
         except (ValueError, KeyError, TypeError) as exc:
             raise ProblemLoadError(f"{path}:{lineno}: not a CUDA-L1 release row ({exc!r})") from exc
+        _check_reference(ref, f"{path}:{lineno}")
         problem = Problem(kernelbench_id(level, number), level, f"cudal1-{gpu}-L{level}-{number}", ref, suite=f"cudal1-{gpu}")
-        reported = {k: (float(row[k]) if row.get(k) is not None else None) for k in SCORE_FIELDS}
-        rows.append(ReleasedKernel(problem, row.get("custom_code"), gpu, reported))
+        # The release marks "no code" with null; an empty string means the same.
+        rows.append(ReleasedKernel(problem, row.get("custom_code") or None, gpu, reported))
     return rows
 
 
