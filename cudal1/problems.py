@@ -182,3 +182,24 @@ STARTER_DIR = Path(__file__).parent / "suites" / "starter"
 def load_starter_suite() -> list[Problem]:
     """The project's own offline problems, each well under a second on a 2-core CPU."""
     return load_problem_folder(STARTER_DIR, level=None, suite="starter")
+
+
+def load_problems(spec: str | Path) -> list[Problem]:
+    """One suite by name or path: ``starter``, a KernelBench JSONL, a CUDA-L1 release JSONL (its
+    references), or a folder of KernelBench-format modules."""
+    if str(spec) == "starter":
+        return load_starter_suite()
+    path = Path(spec)
+    if path.is_dir():
+        return load_problem_folder(path)
+    if not path.is_file():
+        raise ProblemLoadError(f"{path}: no such suite; use 'starter', a KernelBench or CUDA-L1 JSONL file, or a folder")
+    with path.open(encoding="utf-8") as handle:
+        first = handle.readline()
+    try:
+        keys = set(json.loads(first))
+    except (ValueError, TypeError) as exc:
+        raise ProblemLoadError(f"{path}: first line is not a JSON object ({exc})") from exc
+    if "ref_code" in keys:
+        return [row.problem for row in load_cudal1_release(path)]
+    return load_kernelbench_jsonl(path)

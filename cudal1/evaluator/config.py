@@ -45,6 +45,10 @@ class EvalConfig:
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.25
+    # CUDA-L1's safeguard: a speedup above this is measured again in fresh processes (on another device
+    # when the batch has one) and rejected if the two disagree by more than recheck_tolerance.
+    recheck_above: float | None = 3.0
+    recheck_tolerance: float = 0.10
     # --- bounds
     build_timeout_s: float = 600.0  # exec of the module plus its extension builds
     load_timeout_s: float = 120.0  # constructing ModelNew after the build

@@ -1,0 +1,154 @@
+"""The ``cudal1`` command line: typer commands over the core, rich progress on long steps."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cudal1.candidates import Candidate, Evaluation, candidates_from_parquet
+from cudal1.evaluator.config import EvalConfig
+from cudal1.problems import Problem, ProblemLoadError, load_problems
+
+app = typer.Typer(help="Train and evaluate models that make PyTorch/CUDA programs faster.", no_args_is_help=True)
+err = Console(stderr=True)
+
+
+def _config(device: str, timeout_s: float | None, tolerance: float | None, trials: int | None,
+            correctness_trials: int | None) -> EvalConfig:
+    kwargs: dict[str, object] = {"device": device, "tolerance": tolerance}
+    if timeout_s is not None:
+        kwargs.update(run_timeout_s=timeout_s, build_timeout_s=max(timeout_s, 60.0), load_timeout_s=timeout_s)
+    if trials is not None:
+        kwargs["timing_trials"] = trials
+    if correctness_trials is not None:
+        kwargs["correctness_trials"] = correctness_trials
+    try:
+        return EvalConfig(**kwargs)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _read(path: Path, what: str) -> str:
+    if not path.is_file():
+        raise typer.BadParameter(f"{what} {path}: no such file")
+    return path.read_text(encoding="utf-8")
+
+
+def _summary(e: Evaluation) -> dict[str, object]:
+    return {"status": e.status.value, "reason": e.reason, "speedup": e.speedup, "reference_ms": e.reference_ms,
+            "candidate_ms": e.candidate_ms, "spread": e.spread, "trials": e.trials,
+            "correctness_trials": e.correctness_trials, "max_abs_error": e.max_abs_error,
+            "max_rel_l2_error": e.max_rel_l2_error, "flags": list(e.flags), "device": e.device,
+            "device_name": e.device_name, "config_hash": e.config_hash, "eval_s": e.eval_s}
+
+
+DeviceOpt = Annotated[str, typer.Option(help="cpu or cuda:N")]
+TimeoutOpt = Annotated[float | None, typer.Option("--timeout-s", help="bound on each load/run step, seconds")]
+TolOpt = Annotated[float | None, typer.Option(help="atol = rtol for every dtype (CUDA-L1 published 1e-2)")]
+TrialsOpt = Annotated[int | None, typer.Option("--trials", help="paired timing trials (default 7)")]
+CTrialsOpt = Annotated[int | None, typer.Option("--correctness-trials", help="correctness trials (default 5)")]
+
+
+@app.command("evaluate-one")
+def evaluate_one(
+    reference: Annotated[Path, typer.Option(help="reference program (class Model, get_inputs, get_init_inputs)")],
+    candidate: Annotated[Path, typer.Option(help="candidate program (class ModelNew)")],
+    device: DeviceOpt = "cpu",
+    timeout_s: TimeoutOpt = None,
+    tolerance: TolOpt = None,
+    trials: TrialsOpt = None,
+    correctness_trials: CTrialsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object as the last line")] = False,
+) -> None:
+    """Evaluate one candidate against one reference. Exit code 0 whatever the verdict."""
+    from cudal1.evaluator import evaluate_many
+
+    config = _config(device, timeout_s, tolerance, trials, correctness_trials)
+    ref_src, cand_src = _read(reference, "--reference"), _read(candidate, "--candidate")
+    problem = Problem(reference.stem, 0, reference.stem, ref_src)
+    # Through the batch path so a large speedup gets the same fresh-process re-check as in a batch.
+    [result] = evaluate_many([problem], [Candidate(problem.problem_id, cand_src, origin=str(candidate))], config)
+    if "reference_failed" in result.flags:
+        err.print(f"[red]error:[/red] {result.reason}")
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps(_summary(result)))
+    else:
+        _print_table([result])
+
+
+@app.command("evaluate")
+def evaluate(
+    problems: Annotated[str, typer.Option(help="starter | KernelBench JSONL | folder of modules | CUDA-L1 release JSONL")],
+    candidates: Annotated[Path, typer.Option(help="parquet with problem_id, source[, origin] — or a CUDA-L1 release JSONL")],
+    out: Annotated[Path, typer.Option(help="results parquet (appended; re-runs skip measured candidates)")],
+    devices: Annotated[str, typer.Option(help="comma-separated, e.g. cuda:0,cuda:1")] = "cpu",
+    timeout_s: TimeoutOpt = None,
+    tolerance: TolOpt = None,
+    trials: TrialsOpt = None,
+    correctness_trials: CTrialsOpt = None,
+) -> None:
+    """Evaluate a batch: parallel builds, one timing process per device, resumable."""
+    from cudal1.evaluator import evaluate_many
+
+    device_list = [d.strip() for d in devices.split(",") if d.strip()]
+    config = _config(device_list[0], timeout_s, tolerance, trials, correctness_trials)
+    try:
+        problem_list = load_problems(problems)
+    except ProblemLoadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--problems") from exc
+    cand_list = _load_candidates(candidates)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as bar:
+        job = bar.add_task("evaluating", total=len(cand_list))
+
+        def advance(e: Evaluation) -> None:
+            bar.advance(job)
+            bar.console.log(f"{e.problem_id} {e.candidate_id} {e.status.value} "
+                            f"{'' if e.speedup is None else f'{e.speedup:.2f}x'} {e.reason[:80]}")
+
+        try:
+            results = evaluate_many(problem_list, cand_list, config, devices=device_list, results_path=out,
+                                    progress=advance)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        bar.update(job, completed=len(cand_list))
+    err.print(f"{len(results)} new evaluations written to {out} (skipped {len(cand_list) - len(results)} already measured)")
+
+
+def _load_candidates(path: Path) -> list[Candidate]:
+    if not path.exists():
+        raise typer.BadParameter(f"{path}: no such file", param_hint="--candidates")
+    if path.suffix == ".jsonl":
+        from cudal1.problems import load_cudal1_release
+
+        return [Candidate(r.problem.problem_id, r.candidate_source, origin=f"cudal1-{r.gpu}")
+                for r in load_cudal1_release(path) if r.candidate_source]
+    try:
+        return candidates_from_parquet(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--candidates") from exc
+
+
+def _print_table(results: list[Evaluation]) -> None:
+    table = Table("problem", "status", "speedup", "reference ms", "candidate ms", "reason")
+    for e in results:
+        table.add_row(e.problem_id, e.status.value, "-" if e.speedup is None else f"{e.speedup:.2f}x",
+                      "-" if e.reference_ms is None else f"{e.reference_ms:.3f}",
+                      "-" if e.candidate_ms is None else f"{e.candidate_ms:.3f}", e.reason[:90])
+    Console().print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(app())

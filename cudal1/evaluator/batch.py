@@ -1,0 +1,177 @@
+"""Many candidates: builds in parallel on the CPU cores while each device times one candidate at a
+time; results appended to a parquet file as they finish, so an interrupted batch resumes where it
+stopped (a candidate already measured under the same config on the same hardware is skipped)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from cudal1.candidates import Candidate, Evaluation, Status, evaluations_from_parquet, evaluations_to_parquet
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.core import (
+    ReferenceError,
+    ReferenceSession,
+    default_extensions_root,
+    device_name,
+    evaluate_candidate,
+)
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.static import check_source
+from cudal1.problems import Problem
+
+Progress = Callable[[Evaluation], None]
+
+
+def _needs_build(source: str) -> bool:
+    return "load_inline" in source or "cpp_extension" in source
+
+
+def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensions_root: Path) -> str:
+    """Build (import and construct) a candidate once in a throwaway worker so its extension lands in
+    the shared cache keyed by the source hash; returns an error message or ''. Failures are left for
+    the timed evaluation to report: it rebuilds, fails the same way and records the verdict."""
+    root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
+    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, flush_l2=False,
+                      extensions_dir=extensions_root / candidate.sha256[:16])
+    try:
+        (root / "candidate.py").write_text(candidate.source)
+        (root / "reference.py").write_text(problem.source)
+        with WorkerProcess(spec, root / "w", "build") as worker:
+            worker.wait_ready(config.load_timeout_s)
+            reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(root / "reference.py"),
+                                 "candidate_path": str(root / "candidate.py"), "init_seed": 0},
+                                config.build_timeout_s + config.load_timeout_s)
+            return "" if reply.get("ok") else str(reply.get("error", "failed"))
+    except WorkerFailure as exc:
+        return exc.message
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class _Sink:
+    """Thread-safe result collection, rewritten atomically to parquet after every evaluation."""
+
+    def __init__(self, path: Path | None, existing: list[Evaluation], progress: Progress | None) -> None:
+        self.path, self.rows, self.progress = path, list(existing), progress
+        self.new: list[Evaluation] = []
+        self.lock = threading.Lock()
+
+    def add(self, evaluation: Evaluation) -> None:
+        with self.lock:
+            self.rows.append(evaluation)
+            self.new.append(evaluation)
+            if self.path is not None:
+                tmp = self.path.with_suffix(".partial.parquet")
+                evaluations_to_parquet(self.rows, tmp)
+                os.replace(tmp, self.path)
+        if self.progress is not None:
+            self.progress(evaluation)
+
+
+def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
+             devices: Sequence[str], device: str, ext_root: Path) -> Evaluation:
+    """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes, on another
+    device when there is one, and reject when the two disagree by more than the tolerance."""
+    other = next((d for d in devices if d != device), device)
+    second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root)
+    if not second.ok or second.speedup is None or first.speedup is None:
+        return replace(first, status=second.status if not second.ok else Status.REJECTED,
+                       reason=f"re-measurement on {other} failed: {second.reason}", speedup=None)
+    gap = abs(first.speedup - second.speedup) / first.speedup
+    extra = first.extra | {"recheck_device": other, "recheck_speedup": second.speedup}
+    if gap > config.recheck_tolerance:
+        return replace(first, status=Status.REJECTED, speedup=None, extra=extra,
+                       reason=f"speedup {first.speedup:.2f}x not reproduced: {second.speedup:.2f}x on {other} "
+                              f"({gap:.0%} apart, limit {config.recheck_tolerance:.0%})")
+    keep = min((first, second), key=lambda e: e.speedup or 0.0)  # the conservative of the two
+    return replace(keep, extra=extra, flags=tuple(sorted(set(first.flags) | set(second.flags) | {"rechecked"})))
+
+
+def evaluate_many(
+    problems: Sequence[Problem],
+    candidates: Sequence[Candidate],
+    config: EvalConfig,
+    devices: Sequence[str] | None = None,
+    results_path: str | Path | None = None,
+    progress: Progress | None = None,
+    *,
+    build_workers: int | None = None,
+    extensions_root: Path | None = None,
+) -> list[Evaluation]:
+    """Evaluate candidates against their problems on one or more devices; returns the new evaluations
+    (with results_path, the file holds the earlier ones too)."""
+    by_id = {p.problem_id: p for p in problems}
+    unknown = sorted({c.problem_id for c in candidates} - set(by_id))
+    if unknown:
+        raise ValueError(f"candidates name problems that are not loaded: {unknown[:5]}; load the suite they came from")
+    devices = list(devices or [config.device])
+    path = Path(results_path) if results_path is not None else None
+    existing = evaluations_from_parquet(path) if path is not None else []
+    done = {e.key for e in existing}
+    ext_root = extensions_root or default_extensions_root()
+    todo = [c for c in candidates
+            if (by_id[c.problem_id].sha256, c.sha256, config.hash, device_name(devices[0])) not in done]
+    sink = _Sink(path, existing, progress)
+    if not todo:
+        return []
+    # Builds first in submission order, on all cores but one, overlapping the timing that follows.
+    workers = build_workers or max(1, (os.cpu_count() or 2) - 1)
+    builds: dict[str, Future[str]] = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for c in todo:
+            if _needs_build(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
+                builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
+        groups: queue.Queue[tuple[Problem, list[Candidate]]] = queue.Queue()
+        order: dict[str, list[Candidate]] = {}
+        for c in todo:
+            order.setdefault(c.problem_id, []).append(c)
+        for pid, cands in order.items():
+            groups.put((by_id[pid], cands))
+        threads = [threading.Thread(target=_device_loop, args=(d, groups, builds, config, devices, ext_root, sink),
+                                    name=f"cudal1-eval-{d}", daemon=True) for d in devices]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return sink.new
+
+
+def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]], config: EvalConfig,
+                 devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
+    cfg = config.with_device(device)
+    while True:
+        try:
+            problem, cands = groups.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            session = ReferenceSession(problem, cfg)
+        except ReferenceError as exc:
+            for c in cands:
+                sink.add(Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR,
+                                    reason=f"reference failed: {exc}", flags=("reference_failed",), device=device,
+                                    device_name=device_name(device), config_hash=cfg.hash,
+                                    problem_sha256=problem.sha256, candidate_sha256=c.sha256))
+            continue
+        with session:
+            for c in cands:
+                if c.sha256 in builds:
+                    builds[c.sha256].result()
+                try:
+                    result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root)
+                except ReferenceError as exc:
+                    result = Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR,
+                                        reason=f"reference failed: {exc}", flags=("reference_failed",), device=device,
+                                        device_name=device_name(device), config_hash=cfg.hash,
+                                        problem_sha256=problem.sha256, candidate_sha256=c.sha256)
+                if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
+                    result = _recheck(result, problem, c, cfg, devices, device, ext_root)
+                sink.add(result)

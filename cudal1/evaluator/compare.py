@@ -1,0 +1,114 @@
+"""Output comparison, done in the trusted parent on tensors loaded with ``weights_only=True``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudal1.evaluator.config import EvalConfig
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    reason: str = ""
+    max_abs_error: float = 0.0
+    max_rel_l2_error: float = 0.0
+
+
+def _fail(reason: str, abs_err: float = math.inf, rel: float = math.inf) -> Comparison:
+    return Comparison(False, reason, abs_err, rel)
+
+
+def compare_outputs(reference: list[Any], outputs: list[Any], config: EvalConfig) -> Comparison:
+    """Every output against its reference: structure, shape, dtype, non-finite positions, an elementwise
+    tolerance by dtype, and a scale-aware relative L2 error so that zeros or a constant cannot pass when
+    the reference's values are smaller than the absolute tolerance."""
+    if len(reference) != len(outputs):
+        return _fail(f"returned {len(outputs)} outputs, the reference returns {len(reference)}")
+    worst_abs, worst_rel = 0.0, 0.0
+    for i, (ref, out) in enumerate(zip(reference, outputs)):
+        if not isinstance(ref, torch.Tensor):
+            if isinstance(out, torch.Tensor) or not isinstance(out, (int, float, bool)):
+                return _fail(f"output {i} is {type(out).__name__}, the reference returns {type(ref).__name__}")
+            if not math.isclose(float(out), float(ref), rel_tol=1e-4, abs_tol=1e-6):
+                return _fail(f"output {i} is {out}, the reference is {ref}")
+            continue
+        if type(out) is not torch.Tensor:
+            return _fail(f"output {i} is a {type(out).__name__}, not a plain torch.Tensor")
+        if out.shape != ref.shape:
+            return _fail(f"output {i} has shape {tuple(out.shape)}, the reference {tuple(ref.shape)}")
+        if out.dtype != ref.dtype:
+            return _fail(f"output {i} has dtype {out.dtype}, the reference {ref.dtype}")
+        result = _compare_tensor(ref, out, config)
+        if not result.ok:
+            return Comparison(False, f"output {i}: {result.reason}", result.max_abs_error, result.max_rel_l2_error)
+        worst_abs = max(worst_abs, result.max_abs_error)
+        worst_rel = max(worst_rel, result.max_rel_l2_error)
+    return Comparison(True, "", worst_abs, worst_rel)
+
+
+def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig) -> Comparison:
+    dtype = str(ref.dtype).replace("torch.", "")
+    if not (ref.is_floating_point() or ref.is_complex()):
+        if torch.equal(ref, out):
+            return Comparison(True)
+        mismatched = int((ref != out).sum())
+        return _fail(f"{mismatched} of {ref.numel()} integer/bool elements differ")
+    r = ref.to(torch.float64)
+    o = out.to(torch.float64)
+    r_finite, o_finite = torch.isfinite(r), torch.isfinite(o)
+    if not torch.equal(r_finite, o_finite):
+        bad = int((r_finite != o_finite).sum())
+        return _fail(f"{bad} elements are NaN/Inf where the reference is finite (or the reverse)")
+    if not r_finite.all() and not torch.equal(r[~r_finite].nan_to_num(), o[~o_finite].nan_to_num()):
+        return _fail("non-finite elements differ from the reference's")
+    r, o = r[r_finite], o[o_finite]
+    if r.numel() == 0:
+        return Comparison(True)
+    diff = (o - r).abs()
+    max_abs = float(diff.max())
+    ref_norm = float(torch.linalg.vector_norm(r))
+    rel_l2 = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else math.inf)
+    atol, rtol = config.tolerance_for(dtype)
+    excess = diff - (atol + rtol * r.abs())
+    if bool((excess > 0).any()):
+        count = int((excess > 0).sum())
+        return _fail(f"{count} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g} "
+                     f"(max abs error {max_abs:.3g})", max_abs, rel_l2)
+    limit = config.rel_l2_for(dtype)
+    if ref_norm > 0 and rel_l2 > limit:
+        return _fail(f"relative L2 error {rel_l2:.3g} exceeds {limit:g} (scale-aware check: the output is "
+                     "close in absolute terms only because the reference's values are small)", max_abs, rel_l2)
+    return Comparison(True, "", max_abs, rel_l2)
+
+
+def inputs_unchanged(before: list[Any], after: list[Any]) -> str:
+    """Empty when every input is bit-identical after the call; otherwise which input changed."""
+    if len(before) != len(after):
+        return f"the call changed the number of inputs ({len(before)} -> {len(after)})"
+    for i, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return f"input {i} was replaced"
+            if not torch.equal(torch.nan_to_num(a, nan=1.2345), torch.nan_to_num(b, nan=1.2345)):
+                return f"input {i} was modified in place (the candidate mutates its inputs)"
+        elif a != b:
+            return f"input {i} was changed"
+    return ""
+
+
+def outputs_equal(a: list[Any], b: list[Any]) -> bool:
+    """Exact equality: used to tell whether a problem's reference output depends on its inputs at all."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True

@@ -1,0 +1,314 @@
+"""One candidate against one problem: static -> build/load -> correctness -> timing -> verdict.
+
+The reference runs in its own worker, which never executes candidate code; its outputs live only in
+this (parent) process. The candidate runs in a second worker that sees inputs, never answers.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudal1.candidates import Candidate, Evaluation, Status
+from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.static import check_source
+from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing
+from cudal1.problems import Problem
+
+_rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
+
+
+def default_extensions_root() -> Path:
+    return Path.home() / ".cache" / "cudal1" / "extensions" / torch.__version__
+
+
+def _seed() -> int:
+    return secrets.randbits(31)
+
+
+def _load(path: Path) -> Any:
+    data = torch.load(path, weights_only=True)  # never unpickle arbitrary objects from a worker
+    path.unlink(missing_ok=True)
+    return data
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status and a reason."""
+
+    def __init__(self, status: Status, reason: str, **extra: Any) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.extra = status, reason, extra
+
+
+def _check_reply(reply: dict[str, Any], what: str) -> dict[str, Any]:
+    if not reply.get("ok"):
+        kind = reply.get("kind", "runtime_error")
+        raise Verdict(Status(kind), f"{what}: {reply.get('error', 'failed')}")
+    return reply
+
+
+def _check_integrity(reply: dict[str, Any], worker: WorkerProcess, flags: set[str]) -> None:
+    violations = reply.get("violations") or {}
+    if violations.get("patched"):
+        raise Verdict(Status.REJECTED, "replaced harness functions: " + ", ".join(violations["patched"]))
+    if violations.get("changed"):
+        raise Verdict(Status.REJECTED, "changed global state: " + "; ".join(violations["changed"]))
+    if violations.get("precision"):
+        flags.add("precision_flags")
+    strays = worker.stray_processes()
+    if strays:
+        raise Verdict(Status.REJECTED, f"left {len(strays)} process(es) running (forks or subprocesses)")
+    problems = reply.get("problems") or []
+    if problems:
+        raise Verdict(Status.REJECTED, "; ".join(problems))
+
+
+class ReferenceSession:
+    """A warm worker running one problem's reference. Safe to share between candidates of that problem:
+    it never executes candidate code."""
+
+    def __init__(self, problem: Problem, config: EvalConfig, root: Path | None = None) -> None:
+        self.problem = problem
+        self.config = config
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-")) if root is None else root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.init_seed = _seed()
+        path = self.root / "reference.py"
+        path.write_text(problem.source)
+        spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2)
+        self.worker = WorkerProcess(spec, self.root / "reference", "reference")
+        try:
+            self.worker.wait_ready(config.load_timeout_s)
+            reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(path),
+                                      "init_seed": self.init_seed}, config.build_timeout_s)
+        except WorkerFailure as exc:
+            self.close()
+            raise ReferenceError(f"{problem.problem_id}: reference failed to start: {exc.message}") from exc
+        if not reply.get("ok"):
+            self.close()
+            raise ReferenceError(f"{problem.problem_id}: reference failed to load: {reply.get('error')}")
+        self.build_s = reply.get("build_s", 0.0)
+
+    def records(self, seeds: list[int]) -> list[dict[str, Any]]:
+        out = self.root / f"records-{secrets.token_hex(8)}.pt"
+        reply = self.worker.call({"cmd": "reference", "seeds": seeds, "out_path": str(out)}, self.config.run_timeout_s)
+        if not reply.get("ok"):
+            raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
+        return _load(out)
+
+    def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
+        spot_path = self.root / f"spot-{secrets.token_hex(8)}.pt"
+        t0 = time.perf_counter()
+        reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
+        wall = time.perf_counter() - t0
+        if not reply.get("ok"):
+            raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
+        return reply, wall, _load(spot_path) if spot_path.exists() else {}
+
+    def close(self) -> None:
+        if hasattr(self, "worker"):
+            self.worker.close()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> ReferenceSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReferenceError(RuntimeError):
+    """The problem's own reference could not run: not the candidate's fault."""
+
+
+@dataclass
+class _Run:
+    problem: Problem
+    candidate: Candidate
+    config: EvalConfig
+    reference: ReferenceSession
+    worker: WorkerProcess
+    flags: set[str] = field(default_factory=set)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+
+def _correctness(run: _Run) -> int:
+    cfg = run.config
+    seeds = [_seed() for _ in range(max(cfg.correctness_trials, 2))]
+    records = run.reference.records(seeds)
+    # Problem self-test: an output that does not depend on the inputs lets anything constant pass.
+    if outputs_equal(records[0]["outputs"], records[1]["outputs"]):
+        if cfg.degenerate_policy == "reject":
+            raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
+        run.flags.add("degenerate_problem")
+    for k, record in enumerate(records[: cfg.correctness_trials]):
+        inputs_path = run.worker.workdir / f"inputs-{k}.pt"
+        out_path = run.worker.workdir / f"outputs-{k}.pt"
+        torch.save(record["inputs"], inputs_path)
+        reply = run.worker.call({"cmd": "run", "inputs_path": str(inputs_path), "out_path": str(out_path),
+                                 "reuse": k == 1}, cfg.run_timeout_s)
+        _check_reply(reply, f"correctness trial {k + 1}")
+        _check_integrity(reply, run.worker, run.flags)
+        payload = _load(out_path)
+        changed = inputs_unchanged(record["inputs"], payload["inputs_after"])
+        if changed:
+            raise Verdict(Status.REJECTED, changed)
+        if reply.get("structure") != record["structure"] and len(record["outputs"]) > 1:
+            raise Verdict(Status.INCORRECT, f"returns a {reply.get('structure')}, the reference a {record['structure']}")
+        result = compare_outputs(record["outputs"], payload["outputs"], cfg)
+        if not result.ok:
+            raise Verdict(Status.INCORRECT, f"correctness trial {k + 1}{' (reused buffers)' if k == 1 else ''}: "
+                          f"{result.reason}", max_abs_error=result.max_abs_error, max_rel_l2_error=result.max_rel_l2_error)
+        run.max_abs = max(run.max_abs, result.max_abs_error)
+        run.max_rel = max(run.max_rel, result.max_rel_l2_error)
+    return cfg.correctness_trials
+
+
+def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
+    spot_path = run.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
+    t0 = time.perf_counter()
+    reply = run.worker.call(msg | {"spot_path": str(spot_path)}, run.config.run_timeout_s)
+    wall = time.perf_counter() - t0
+    _check_reply(reply, "timing")
+    _check_integrity(reply, run.worker, run.flags)
+    return reply, wall, _load(spot_path) if spot_path.exists() else {}
+
+
+def _calibrate(run: _Run) -> int:
+    cfg = run.config
+    msg = {"cmd": "time", "seeds": [_seed()], "iters": 2, "warmup": cfg.warmup_iters, "spot": []}
+    ref, _, _ = run.reference.time(msg)
+    cand, _, _ = _time_candidate(run, msg)
+    slowest = max(min(ref["ms"]), min(cand["ms"]), 1e-3)
+    return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
+
+
+def _trial(run: _Run, iters: int) -> TrialPair:
+    cfg = run.config
+    seeds = [_seed() for _ in range(cfg.input_sets)]
+    n_spot = min(cfg.spot_checks_per_trial, iters)
+    base = {"cmd": "time", "seeds": seeds, "iters": iters, "warmup": 1}
+    ref_msg = base | {"spot": list(range(min(len(seeds), iters)))}
+    cand_msg = base | {"spot": sorted(_rng.sample(range(iters), n_spot))}
+    if _rng.random() < 0.5:
+        ref, ref_wall, ref_spots = run.reference.time(ref_msg)
+        cand, cand_wall, cand_spots = _time_candidate(run, cand_msg)
+    else:
+        cand, cand_wall, cand_spots = _time_candidate(run, cand_msg)
+        ref, ref_wall, ref_spots = run.reference.time(ref_msg)
+    for index, outputs in cand_spots.items():
+        expected = ref_spots.get(str(int(index) % len(seeds)))
+        if expected is None:
+            continue
+        result = compare_outputs(expected, outputs, cfg)
+        if not result.ok:
+            raise Verdict(Status.INCORRECT, f"output checked during timing (call {int(index) + 1}) is wrong: "
+                          f"{result.reason} — the candidate behaves differently once timed")
+    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall)
+
+
+def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
+    cfg = run.config
+    iters = _calibrate(run)
+    best: Measurement | None = None
+    all_pairs: list[TrialPair] = []
+    for _attempt in range(cfg.remeasure + 1):
+        pairs = [_trial(run, iters) for _ in range(cfg.timing_trials)]
+        all_pairs += pairs
+        measured = Measurement.from_pairs(pairs)
+        if best is None or measured.spread < best.spread:
+            best = measured
+        if measured.spread <= cfg.max_spread:
+            break
+    assert best is not None
+    forged = forged_timing(all_pairs, cfg.wallclock_slack)
+    if forged:
+        raise Verdict(Status.REJECTED, forged)
+    if best.spread > cfg.max_spread:
+        run.flags.add("noisy")
+    return best, {"iters_per_trial": iters, "measurements": len(all_pairs) // cfg.timing_trials}
+
+
+def evaluate_candidate(
+    problem: Problem,
+    candidate: Candidate,
+    config: EvalConfig,
+    *,
+    reference: ReferenceSession | None = None,
+    extensions_root: Path | None = None,
+) -> Evaluation:
+    """Evaluate one candidate. Never raises for anything the candidate does; raises ``ReferenceError``
+    only when the problem's own reference cannot run."""
+    started = time.perf_counter()
+    base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
+                      device_name=device_name(config.device), config_hash=config.hash,
+                      problem_sha256=problem.sha256, candidate_sha256=candidate.sha256)
+    static_flags: tuple[str, ...] = ()
+    if config.static_checks:
+        report = check_source(candidate.source)
+        if report.syntax_error:
+            return replace(base, status=Status.COMPILE_ERROR, reason=report.syntax_error, eval_s=time.perf_counter() - started)
+        if report.rejected:
+            return replace(base, status=Status.REJECTED, reason=report.reason, flags=report.flags,
+                           eval_s=time.perf_counter() - started)
+        static_flags = report.flags
+    own_reference = reference is None
+    reference = reference or ReferenceSession(problem, config)
+    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-"))
+    ext_root = extensions_root or default_extensions_root()
+    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
+                      extensions_dir=ext_root / candidate.sha256[:16])
+    worker = WorkerProcess(spec, root / "candidate", "candidate")
+    run = _Run(problem, candidate, config, reference, worker, set(static_flags))
+    result = base
+    try:
+        cand_path = root / "candidate.py"
+        cand_path.write_text(candidate.source)
+        ref_path = root / "reference.py"
+        ref_path.write_text(problem.source)
+        worker.wait_ready(config.load_timeout_s)
+        reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(ref_path),
+                             "candidate_path": str(cand_path), "init_seed": reference.init_seed},
+                            config.build_timeout_s + config.load_timeout_s)
+        _check_reply(reply, "load")
+        _check_integrity(reply, worker, run.flags)
+        result = replace(result, build_s=reply.get("build_s"))
+        trials = _correctness(run)
+        result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel)
+        if config.timing:
+            measured, extra = _timing(run)
+            result = replace(result, speedup=measured.speedup, reference_ms=measured.reference_ms,
+                             candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,
+                             extra=extra)
+    except Verdict as verdict:
+        result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None,
+                         **{k: v for k, v in verdict.extra.items() if k in ("max_abs_error", "max_rel_l2_error")})
+    except WorkerFailure as failure:
+        result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None)
+    finally:
+        worker.close()
+        shutil.rmtree(root, ignore_errors=True)
+        if own_reference:
+            reference.close()
+    return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
+
+
+def device_name(device: str) -> str:
+    """A name that says which hardware measured: 'cpu' or the CUDA device's product name."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return torch.cuda.get_device_name(index)
+    return "cpu"

@@ -1,0 +1,212 @@
+"""Parent side of a worker: spawn it in its own session, talk over private pipes, bound every call,
+and kill the whole process group when a call overruns or the worker is done."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
+_ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+             "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS")
+
+
+class WorkerFailure(Exception):
+    """The worker died, overran its bound, or broke protocol. ``kind`` is a Status value."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class WorkerSpec:
+    device: str = "cpu"
+    threads: int = 1
+    memory_limit_mb: int = 0
+    flush_l2: bool = True
+    extensions_dir: Path | None = None  # TORCH_EXTENSIONS_DIR: keyed by candidate hash, shared across runs
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class WorkerProcess:
+    """One isolated worker in its own directory. Use as a context manager; ``close`` always kills."""
+
+    def __init__(self, spec: WorkerSpec, workdir: Path, name: str) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        cmd_r, self._cmd_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
+        env.update({
+            "PYTHONPATH": _repo_root(),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": str(spec.threads),  # a candidate's OpenMP gets what the reference gets
+            "MKL_NUM_THREADS": str(spec.threads),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",  # no compile subprocess pool inside a worker
+            "TMPDIR": str(workdir),
+            # Fixed glibc malloc thresholds: by default glibc raises its mmap threshold after the first
+            # large free, so two identical processes with different histories can differ 3x on a small
+            # elementwise op (page faults on every call in one, none in the other). Measured here.
+            "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+            "MALLOC_TRIM_THRESHOLD_": str(2**31),
+        })
+        if spec.extensions_dir is not None:
+            spec.extensions_dir.mkdir(parents=True, exist_ok=True)
+            env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
+        argv = [sys.executable, "-m", "cudal1.evaluator.worker", "--cmd-fd", str(cmd_r), "--reply-fd", str(rep_w),
+                "--device", spec.device, "--threads", str(spec.threads),
+                "--memory-limit-mb", str(spec.memory_limit_mb)]
+        if not spec.flush_l2:
+            argv.append("--no-flush-l2")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
+            pass_fds=(cmd_r, rep_w), start_new_session=True,
+        )
+        os.close(cmd_r)
+        os.close(rep_w)
+        self._buffer = b""
+        self._ready: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        if not self._ready:
+            self._read_reply(timeout_s, "start")
+            self._ready = True
+
+    def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.wait_ready()
+        try:
+            os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
+        except BrokenPipeError:
+            raise self._death(msg["cmd"]) from None
+        return self._read_reply(timeout_s, msg["cmd"])
+
+    def _read_reply(self, timeout_s: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._rep_r, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise WorkerFailure("timeout", f"{what} exceeded {timeout_s:g} s; the process group was killed")
+                if not sel.select(timeout=min(left, 1.0)):
+                    if self.proc.poll() is not None:
+                        raise self._death(what)
+                    continue
+                chunk = os.read(self._rep_r, 1 << 16)
+                if not chunk:
+                    raise self._death(what)
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            self.kill()
+            raise WorkerFailure("runtime_error", f"{what}: the worker sent a malformed reply") from None
+        if not isinstance(reply, dict):
+            raise WorkerFailure("runtime_error", f"{what}: the worker sent a malformed reply")
+        return reply
+
+    def _death(self, what: str) -> WorkerFailure:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        tail = self.log_tail()
+        if code is None:
+            how = "closed its reply pipe"
+        elif code < 0:
+            how = f"was killed by {_signal_name(code)}"
+        else:
+            how = f"exited with code {code}"
+        hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+        return WorkerFailure("runtime_error", f"the process {how} during {what}{hint}" + (f": {tail}" if tail else ""))
+
+    def log_tail(self, chars: int = 600) -> str:
+        try:
+            text = self.log_path.read_bytes()[-chars:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+        return text
+
+    def stray_processes(self) -> list[int]:
+        """Processes in the worker's session other than the worker: forks, subprocesses, daemons."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == self.pid:
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # fields: state ppid pgrp session ...
+            if int(fields[3]) == self.pid or int(fields[1]) == self.pid:
+                if fields[0] != "Z":
+                    found.append(int(entry.name))
+        return found
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        # A candidate may have escaped the group with setsid(): kill its session members by pid too.
+        for pid in self.stray_processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.write(self._cmd_w, b'{"cmd": "exit"}\n')
+                self.proc.wait(timeout=2)
+            except (BrokenPipeError, subprocess.TimeoutExpired, OSError):
+                pass
+        self.kill()
+        for fd in (self._cmd_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._log.close()
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

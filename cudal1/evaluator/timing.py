@@ -1,0 +1,77 @@
+"""Statistics over raw per-call times, computed in the parent: the candidate never sees or shapes them."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrialPair:
+    """One paired trial: per-call times of both programs (ms) and the parent's wall clock per batch (s)."""
+
+    reference_ms: list[float]
+    candidate_ms: list[float]
+    reference_wall_s: float
+    candidate_wall_s: float
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.reference_ms) / max(statistics.median(self.candidate_ms), 1e-9)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    speedup: float
+    reference_ms: float
+    candidate_ms: float
+    spread: float
+    trials: int
+
+    @classmethod
+    def from_pairs(cls, pairs: list[TrialPair]) -> Measurement:
+        speedups = [p.speedup for p in pairs]
+        return cls(
+            speedup=statistics.median(speedups),
+            reference_ms=statistics.median(statistics.median(p.reference_ms) for p in pairs),
+            candidate_ms=statistics.median(statistics.median(p.candidate_ms) for p in pairs),
+            spread=relative_spread(speedups),
+            trials=len(pairs),
+        )
+
+
+def relative_spread(values: list[float]) -> float:
+    """(max - min) / median after dropping the single highest and lowest value when there are 5 or more:
+    one preempted trial should not force a re-measurement, a consistently noisy result should.
+
+    >>> relative_spread([1.0, 1.0, 1.1, 0.9, 5.0])
+    0.2
+    >>> relative_spread([2.0, 2.0])
+    0.0
+    """
+    ordered = sorted(values)
+    if len(ordered) >= 5:
+        ordered = ordered[1:-1]
+    mid = statistics.median(values)
+    return round((ordered[-1] - ordered[0]) / mid, 12) if mid > 0 else float("inf")
+
+
+def wallclock_discrepancy(pairs: list[TrialPair]) -> tuple[float, float]:
+    """(claimed saving, observed saving) in ms over all trials. The claimed saving comes from the
+    workers' own clocks; the observed one from the parent's clock around each batch, which also holds
+    input generation and warm-up, the same work for both programs. A candidate that fakes its clock
+    claims far more saving than the parent saw."""
+    claimed = sum(sum(p.reference_ms) - sum(p.candidate_ms) for p in pairs)
+    observed = sum((p.reference_wall_s - p.candidate_wall_s) * 1e3 for p in pairs)
+    return claimed, observed
+
+
+def forged_timing(pairs: list[TrialPair], slack: float) -> str:
+    """A reason when the workers' clocks claim a saving the parent's clock did not see."""
+    claimed, observed = wallclock_discrepancy(pairs)
+    reference_total = sum(sum(p.reference_ms) for p in pairs)
+    allowed = slack * reference_total + 5.0 * len(pairs)  # + a few ms a trial of scheduling jitter
+    if claimed - observed > allowed:
+        return (f"timing does not add up: the candidate's clock claims {claimed:.1f} ms saved over "
+                f"{len(pairs)} trials, the harness's wall clock saw {observed:.1f} ms")
+    return ""

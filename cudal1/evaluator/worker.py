@@ -1,0 +1,387 @@
+"""The isolated worker: one process runs ONE program (a reference or a candidate) and nothing else.
+
+Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.worker --cmd-fd N --reply-fd M``.
+Commands arrive as JSON lines on a private pipe and replies leave on another, so a candidate printing to
+stdout cannot forge a reply; fd 0 is /dev/null and fd 1 is redirected to the log. Tensors travel as
+``torch.save`` files in the worker's own directory; the parent loads them with ``weights_only=True``.
+
+This module imports torch and the standard library only: it is the GPU evaluation worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from typing import Any
+
+import torch
+
+# What a candidate must not replace: checked for identity after every command.
+_GUARDED = {
+    "time.perf_counter": lambda: time.perf_counter,
+    "time.monotonic": lambda: time.monotonic,
+    "time.time": lambda: time.time,
+    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+    "torch.cuda.Event": lambda: torch.cuda.Event,
+    "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
+    "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
+    "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
+    "torch.allclose": lambda: torch.allclose,
+    "torch.equal": lambda: torch.equal,
+    "torch.save": lambda: torch.save,
+    "torch.load": lambda: torch.load,
+    "torch.manual_seed": lambda: torch.manual_seed,
+    "torch.Tensor.__eq__": lambda: torch.Tensor.__eq__,
+    "torch.Tensor.to": lambda: torch.Tensor.to,
+    "torch.Tensor.clone": lambda: torch.Tensor.clone,
+    "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
+    "torch.Tensor.detach": lambda: torch.Tensor.detach,
+    "torch.Tensor.cpu": lambda: torch.Tensor.cpu,
+    "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
+    "builtins.type": lambda: builtins.type,
+    "builtins.isinstance": lambda: builtins.isinstance,
+    "json.dumps": lambda: json.dumps,
+    "os.write": lambda: os.write,
+}
+
+
+def _flags() -> dict[str, Any]:
+    """Global state that changes what is measured. cudnn.benchmark is left out on purpose: it is a
+    legitimate per-process choice that cannot reach the reference, which runs in another process."""
+    state: dict[str, Any] = {
+        "torch.get_num_threads": torch.get_num_threads(),
+        "torch.get_num_interop_threads": torch.get_num_interop_threads(),
+        "torch.get_default_dtype": str(torch.get_default_dtype()),
+        "torch.are_deterministic_algorithms_enabled": torch.are_deterministic_algorithms_enabled(),
+        "python_threads": threading.active_count(),
+    }
+    return state
+
+
+def _precision_flags() -> dict[str, Any]:
+    return {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+
+
+class _L2:
+    """Flush L2 before every timed call and drop persisting-L2 lines, so neither a warm cache nor an
+    access-policy window set by the candidate survives from one call into the next."""
+
+    def __init__(self, device: torch.device, enabled: bool) -> None:
+        self.enabled = enabled and device.type == "cuda"
+        self.buf: torch.Tensor | None = None
+        self.driver = None
+        if not self.enabled:
+            return
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+        self.buf = torch.empty(int(2 * l2) // 4 + 1, dtype=torch.float32, device=device)
+        try:
+            import ctypes
+
+            self.driver = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            self.driver = None
+
+    def __call__(self) -> None:
+        if not self.enabled:
+            return
+        if self.driver is not None:
+            # CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06; then evict every persisting line.
+            self.driver.cuCtxSetLimit(0x06, 0)
+            self.driver.cuCtxResetPersistingL2Cache()
+        assert self.buf is not None
+        self.buf.zero_()
+
+
+def _load_module(path: str, name: str) -> types.ModuleType:
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module  # some code (dataclasses, pickling, torch.compile) looks itself up here
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - running it is the point
+    return module
+
+
+def _to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device) for o in obj)
+    return obj
+
+
+def _flatten(out: Any) -> tuple[str, list[Any]]:
+    if isinstance(out, (tuple, list)):
+        return "sequence", list(out)
+    return "single", [out]
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int] | None:
+    if t.device.type == "meta" or t.numel() == 0:
+        return None
+    start = t.untyped_storage().data_ptr()
+    return (start, start + t.untyped_storage().nbytes())
+
+
+def _inspect_outputs(outputs: list[Any], inputs: list[Any], device: torch.device) -> list[str]:
+    """Problems with the objects themselves (not their values, which the parent compares)."""
+    problems = []
+    in_spans = [s for x in inputs if isinstance(x, torch.Tensor) and (s := _storage_span(x))]
+    for i, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            if isinstance(o, (int, float, bool)):
+                continue
+            problems.append(f"output {i} is a {type(o).__name__}, not a tensor")
+            continue
+        if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
+            problems.append(f"output {i} is a {type(o).__name__}, not a plain torch.Tensor")
+            continue
+        if o.device != device and not (o.device.type == device.type and device.index is None):
+            problems.append(f"output {i} is on {o.device}, expected {device}")
+        if o.numel() > 0 and (o.untyped_storage().nbytes() == 0 or o.data_ptr() == 0):
+            problems.append(f"output {i} has no storage (lazy or fake tensor)")
+        span = _storage_span(o)
+        if span and any(span[0] < e and s < span[1] for s, e in in_spans):
+            problems.append(f"output {i} shares memory with an input (returns or aliases an input)")
+    return problems
+
+
+class Worker:
+    def __init__(self, device: str, threads: int, flush_l2: bool) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.set_num_threads(threads)
+        self.flush_l2 = flush_l2
+        self.reference: types.ModuleType | None = None
+        self.model: torch.nn.Module | None = None
+        self.previous_inputs: list[Any] | None = None
+        self.guards: dict[str, Any] = {}
+        self.flags: dict[str, Any] = {}
+        self.precision: dict[str, Any] = {}
+        self.l2: _L2 | None = None
+
+    # --- integrity -------------------------------------------------------------------------------
+    def _snapshot(self) -> None:
+        self.guards = {k: get() for k, get in _GUARDED.items()}
+        self.flags = _flags()
+        self.precision = _precision_flags()
+
+    def violations(self) -> dict[str, list[str]]:
+        patched = [k for k, get in _GUARDED.items() if get() is not self.guards.get(k)]
+        now = _flags()
+        changed = [f"{k}: {self.flags[k]} -> {now[k]}" for k in self.flags if now[k] != self.flags[k]]
+        prec = _precision_flags()
+        precision = [f"{k}: {self.precision[k]} -> {prec[k]}" for k in self.precision if prec[k] != self.precision[k]]
+        return {"patched": patched, "changed": changed, "precision": precision}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()  # device-wide: work a candidate left on side streams counts
+
+    # --- commands ----------------------------------------------------------------------------------
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.reference = _load_module(msg["reference_path"], "cudal1_reference")
+        if self.device.type == "cuda":
+            torch.zeros(1, device=self.device)  # create the context before the snapshot
+        self.l2 = _L2(self.device, self.flush_l2)
+        self._snapshot()
+        if msg["role"] == "candidate":
+            module = _load_module(msg["candidate_path"], "cudal1_candidate")
+            cls = getattr(module, "ModelNew", None)
+            if cls is None:
+                return {"ok": False, "kind": "rejected", "error": "the candidate defines no class ModelNew"}
+        else:
+            cls = self.reference.Model
+        build_s = time.perf_counter() - t0
+        torch.manual_seed(msg["init_seed"])
+        init_inputs = self.reference.get_init_inputs()
+        torch.manual_seed(msg["init_seed"])
+        with torch.no_grad():
+            model = cls(*init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        self.model = model
+        self._sync()
+        return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s}
+
+    def _inputs_for(self, seed: int) -> list[Any]:
+        assert self.reference is not None
+        torch.manual_seed(seed)
+        return list(_to_device(self.reference.get_inputs(), self.device))
+
+    def _forward(self, inputs: list[Any]) -> Any:
+        assert self.model is not None
+        with torch.no_grad():
+            return self.model(*inputs)
+
+    def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Reference role only: inputs and outputs for each seed, written for the parent to read."""
+        records = []
+        for seed in msg["seeds"]:
+            inputs = self._inputs_for(seed)
+            originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            out = self._forward(inputs)
+            self._sync()
+            structure, outputs = _flatten(out)
+            records.append({
+                "seed": seed,
+                "inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in originals],
+                "outputs": [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs],
+                "structure": structure,
+            })
+        torch.save(records, msg["out_path"])
+        return {"ok": True, "count": len(records)}
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One correctness trial on inputs chosen by the parent; optionally into last trial's buffers."""
+        loaded = torch.load(msg["inputs_path"], weights_only=True)
+        os.unlink(msg["inputs_path"])
+        fresh = list(_to_device(loaded, self.device))
+        if msg.get("reuse") and self.previous_inputs is not None and _same_layout(self.previous_inputs, fresh):
+            for old, new in zip(self.previous_inputs, fresh):
+                if isinstance(old, torch.Tensor):
+                    old.copy_(new)  # same addresses, new contents: defeats caches keyed on data_ptr
+            inputs = self.previous_inputs
+        else:
+            inputs = fresh
+        self.previous_inputs = inputs
+        t0 = time.perf_counter()
+        out = self._forward(inputs)
+        self._sync()
+        forward_ms = (time.perf_counter() - t0) * 1e3
+        structure, outputs = _flatten(out)
+        problems = _inspect_outputs(outputs, inputs, self.device)
+        payload = {
+            "outputs": [o.detach().to("cpu", copy=True) if isinstance(o, torch.Tensor) else o for o in outputs]
+            if not problems else [],
+            "inputs_after": [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in inputs],
+        }
+        torch.save(payload, msg["out_path"])
+        return {"ok": True, "structure": structure, "problems": problems, "forward_ms": forward_ms}
+
+    def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Timed calls over fresh input sets. Each call: flush L2, device sync, time, device sync."""
+        sets = [self._inputs_for(seed) for seed in msg["seeds"]]
+        for i in range(msg["warmup"]):
+            self._forward(sets[i % len(sets)])
+        self._sync()
+        cuda = self.device.type == "cuda"
+        spot = set(msg.get("spot", []))
+        ms, host_ms, spots = [], [], {}
+        assert self.l2 is not None
+        for i in range(msg["iters"]):
+            inputs = sets[i % len(sets)]
+            self.l2()
+            self._sync()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            t0 = time.perf_counter()
+            out = self._forward(inputs)
+            self._sync()
+            t1 = time.perf_counter()
+            if cuda:
+                end.record()
+                end.synchronize()
+                ms.append(start.elapsed_time(end))
+            else:
+                ms.append((t1 - t0) * 1e3)
+            host_ms.append((t1 - t0) * 1e3)
+            if i in spot:
+                _, outputs = _flatten(out)
+                problems = _inspect_outputs(outputs, inputs, self.device)
+                if problems:
+                    return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": problems}
+                spots[str(i)] = [o.detach().to("cpu", copy=True) if isinstance(o, torch.Tensor) else o for o in outputs]
+        if msg.get("spot_path"):
+            torch.save(spots, msg["spot_path"])
+        return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": []}
+
+
+def _same_layout(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype or x.device != y.device):
+            return False
+    return True
+
+
+def _limit_resources(memory_limit_mb: int, cuda: bool) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
+    if memory_limit_mb > 0 and not cuda:  # CUDA reserves a huge virtual address space: no RLIMIT_AS
+        limit = memory_limit_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--memory-limit-mb", type=int, default=0)
+    parser.add_argument("--no-flush-l2", action="store_true")
+    args = parser.parse_args(argv)
+
+    commands = os.fdopen(args.cmd_fd, "r", encoding="utf-8")
+    replies = os.fdopen(args.reply_fd, "w", encoding="utf-8", buffering=1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
+    _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
+    send_json = json.dumps
+    worker = Worker(args.device, args.threads, not args.no_flush_l2)
+    handlers = {
+        "load": worker.load,
+        "reference": worker.reference_outputs,
+        "run": worker.run,
+        "time": worker.time_trial,
+    }
+    replies.write(send_json({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
+    for line in commands:
+        msg = json.loads(line)
+        if msg["cmd"] == "exit":
+            break
+        try:
+            reply = handlers[msg["cmd"]](msg)
+        except SyntaxError as exc:
+            reply = {"ok": False, "kind": "compile_error", "error": f"SyntaxError: {exc}"}
+        except BaseException as exc:  # noqa: BLE001 - every failure of untrusted code becomes a verdict
+            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            kind = "compile_error" if _is_build_error(exc) else "runtime_error"
+            if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+                text = f"out of memory: {text}"
+            reply = {"ok": False, "kind": kind, "error": text[-4000:], "traceback": traceback.format_exc()[-4000:]}
+        reply["violations"] = worker.violations() if worker.guards else {}
+        replies.write(send_json(reply) + "\n")
+    replies.flush()
+    os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
+
+
+def _is_build_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Error building extension" in text or "ninja" in text.lower() and "build" in text.lower()
+
+
+if __name__ == "__main__":
+    main()
