@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test lint gpu-test clean
+.PHONY: setup sandbox run test lint gpu-test clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,19 @@ $(STAMP): pyproject.toml
 	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[cli,pipeline,train,serve,dev]"
+	$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)
+
+# As root, the evaluator runs each untrusted program under a fresh unprivileged uid. That uid must be
+# able to run the interpreter: give "others" traverse-only (x, not r) on the directories above it
+# (e.g. /root for a pyenv Python). Nothing becomes listable or readable that was not already.
+sandbox:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  for p in $$($(BIN)/python -c "import sys,os;print(os.path.realpath(sys.executable), sys.base_prefix, os.getcwd())"); do \
+	    d=$$p; while [ "$$d" != / ]; do [ -d "$$d" ] && chmod o+x "$$d"; d=$$(dirname "$$d"); done; \
+	  done; \
+	fi
+	@$(BIN)/python -c "from cudal1.evaluator.process import sandbox_available as s; print('evaluator sandbox (fresh uid per worker):', 'on' if s() else 'off (not root: workers share your uid)')"
 
 run: setup
 	$(BIN)/python -m flows.pipeline

@@ -42,12 +42,15 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, flush_l2=False,
                       extensions_dir=extensions_root / candidate.sha256[:16])
     try:
-        (root / "candidate.py").write_text(candidate.source)
-        (root / "reference.py").write_text(problem.source)
-        with WorkerProcess(spec, root / "w", "build") as worker:
+        root.chmod(0o711)
+        work = root / "w"
+        work.mkdir(mode=0o700)
+        (work / "candidate.py").write_text(candidate.source)
+        (work / "reference.py").write_text(problem.source)
+        with WorkerProcess(spec, work, "build") as worker:
             worker.wait_ready(config.load_timeout_s)
-            reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(root / "reference.py"),
-                                 "candidate_path": str(root / "candidate.py"), "init_seed": 0},
+            reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(work / "reference.py"),
+                                 "candidate_path": str(work / "candidate.py"), "init_seed": 0},
                                 config.build_timeout_s + config.load_timeout_s)
             return "" if reply.get("ok") else str(reply.get("error", "failed"))
     except WorkerFailure as exc:

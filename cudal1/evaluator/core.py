@@ -29,7 +29,12 @@ _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 
 
 def default_extensions_root() -> Path:
-    return Path.home() / ".cache" / "cudal1" / "extensions" / torch.__version__
+    """Extension builds, one folder per candidate hash, kept across runs. Under the temp dir, not the
+    home folder, because a sandboxed worker cannot traverse root's home."""
+    root = Path(tempfile.gettempdir()) / "cudal1-extensions"
+    root.mkdir(exist_ok=True)
+    root.chmod(0o711)
+    return root / torch.__version__
 
 
 def _seed() -> int:
@@ -83,8 +88,10 @@ class ReferenceSession:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-")) if root is None else root
         self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o711)  # a sandboxed worker may traverse to its own directory, not list others
         self.init_seed = _seed()
-        path = self.root / "reference.py"
+        path = self.root / "reference" / "reference.py"
+        path.parent.mkdir(mode=0o700)
         path.write_text(problem.source)
         spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2)
         self.worker = WorkerProcess(spec, self.root / "reference", "reference")
@@ -101,14 +108,14 @@ class ReferenceSession:
         self.build_s = reply.get("build_s", 0.0)
 
     def records(self, seeds: list[int]) -> list[dict[str, Any]]:
-        out = self.root / f"records-{secrets.token_hex(8)}.pt"
+        out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
         reply = self.worker.call({"cmd": "reference", "seeds": seeds, "out_path": str(out)}, self.config.run_timeout_s)
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
         return _load(out)
 
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
-        spot_path = self.root / f"spot-{secrets.token_hex(8)}.pt"
+        spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
         t0 = time.perf_counter()
         reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
         wall = time.perf_counter() - t0
@@ -268,6 +275,11 @@ def evaluate_candidate(
     own_reference = reference is None
     reference = reference or ReferenceSession(problem, config)
     root = Path(tempfile.mkdtemp(prefix="cudal1-cand-"))
+    root.chmod(0o711)
+    cand_path, ref_path = root / "candidate" / "candidate.py", root / "candidate" / "reference.py"
+    cand_path.parent.mkdir(mode=0o700)
+    cand_path.write_text(candidate.source)
+    ref_path.write_text(problem.source)
     ext_root = extensions_root or default_extensions_root()
     spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
                       extensions_dir=ext_root / candidate.sha256[:16])
@@ -275,10 +287,6 @@ def evaluate_candidate(
     run = _Run(problem, candidate, config, reference, worker, set(static_flags))
     result = base
     try:
-        cand_path = root / "candidate.py"
-        cand_path.write_text(candidate.source)
-        ref_path = root / "reference.py"
-        ref_path.write_text(problem.source)
         worker.wait_ready(config.load_timeout_s)
         reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(ref_path),
                              "candidate_path": str(cand_path), "init_seed": reference.init_seed},

@@ -3,10 +3,13 @@ and kill the whole process group when a call overruns or the worker is done."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import secrets
 import selectors
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -35,6 +38,40 @@ class WorkerSpec:
     memory_limit_mb: int = 0
     flush_l2: bool = True
     extensions_dir: Path | None = None  # TORCH_EXTENSIONS_DIR: keyed by candidate hash, shared across runs
+    sandbox_user: bool = True  # when the parent is root: run the worker as a fresh, unprivileged uid
+
+
+@functools.cache
+def sandbox_available() -> bool:
+    """True when the parent is root and an unprivileged uid can run this interpreter and this package
+    (every ancestor directory traversable by others). `make setup` makes it so on a root machine."""
+    if os.geteuid() != 0:
+        return False
+    paths = {Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix), Path(_repo_root())}
+    for path in paths:
+        for part in [path, *path.parents]:
+            try:
+                mode = part.stat().st_mode
+            except OSError:
+                return False
+            if part.is_dir() and not mode & stat.S_IXOTH:
+                return False
+    return True
+
+
+def _fresh_uid() -> int | None:
+    """A uid no other process has. Run as that uid, a worker cannot signal the parent or the reference
+    worker, read their files, or hide a forked child: everything it starts carries the uid."""
+    if not sandbox_available():
+        return None
+    return 200_000 + secrets.randbelow(1 << 30)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    os.chown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def _repo_root() -> str:
@@ -57,6 +94,7 @@ class WorkerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.name = name
         self.log_path = workdir / f"{name}.log"
+        self.uid = _fresh_uid() if spec.sandbox_user else None
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
@@ -67,6 +105,10 @@ class WorkerProcess:
             "MKL_NUM_THREADS": str(spec.threads),
             "TORCHINDUCTOR_COMPILE_THREADS": "1",  # no compile subprocess pool inside a worker
             "TMPDIR": str(workdir),
+            "HOME": str(workdir),  # caches (inductor, triton) land in the worker's own directory
+            "USER": "cudal1-sandbox",  # getpass.getuser() works for a uid without a passwd entry
+            "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
+            "TRITON_CACHE_DIR": str(workdir / "triton"),
             # Fixed glibc malloc thresholds: by default glibc raises its mmap threshold after the first
             # large free, so two identical processes with different histories can differ 3x on a small
             # elementwise op (page faults on every call in one, none in the other). Measured here.
@@ -76,15 +118,21 @@ class WorkerProcess:
         if spec.extensions_dir is not None:
             spec.extensions_dir.mkdir(parents=True, exist_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
+        self._log = open(self.log_path, "wb")
+        sandbox: dict[str, object] = {}
+        if self.uid is not None:
+            _chown_tree(workdir, self.uid)
+            if spec.extensions_dir is not None:
+                _chown_tree(spec.extensions_dir, self.uid)
+            sandbox = {"user": self.uid, "group": self.uid, "extra_groups": []}
         argv = [sys.executable, "-m", "cudal1.evaluator.worker", "--cmd-fd", str(cmd_r), "--reply-fd", str(rep_w),
                 "--device", spec.device, "--threads", str(spec.threads),
                 "--memory-limit-mb", str(spec.memory_limit_mb)]
         if not spec.flush_l2:
             argv.append("--no-flush-l2")
-        self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
-            pass_fds=(cmd_r, rep_w), start_new_session=True,
+            pass_fds=(cmd_r, rep_w), start_new_session=True, **sandbox,  # type: ignore[arg-type]
         )
         os.close(cmd_r)
         os.close(rep_w)
@@ -159,19 +207,21 @@ class WorkerProcess:
         return text
 
     def stray_processes(self) -> list[int]:
-        """Processes in the worker's session other than the worker: forks, subprocesses, daemons."""
+        """Processes the worker started: its session, its children, and (sandboxed) anything with its uid,
+        which also finds a double-forked child that left the session with setsid()."""
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == self.pid:
                 continue
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                owner = entry.stat().st_uid
             except OSError:
                 continue
             # fields: state ppid pgrp session ...
-            if int(fields[3]) == self.pid or int(fields[1]) == self.pid:
-                if fields[0] != "Z":
-                    found.append(int(entry.name))
+            ours = int(fields[3]) == self.pid or int(fields[1]) == self.pid or (self.uid is not None and owner == self.uid)
+            if ours and fields[0] != "Z":
+                found.append(int(entry.name))
         return found
 
     def kill(self) -> None:

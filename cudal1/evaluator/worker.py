@@ -328,6 +328,8 @@ def _limit_resources(memory_limit_mb: int, cuda: bool) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
+    if os.getuid() != 0:  # a fresh sandbox uid: cap its processes and threads (fork bombs)
+        resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))
     if memory_limit_mb > 0 and not cuda:  # CUDA reserves a huge virtual address space: no RLIMIT_AS
         limit = memory_limit_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
