@@ -145,3 +145,23 @@ def evaluation_schema() -> dict[str, Any]:
         "device_name": pl.String, "config_hash": pl.String, "problem_sha256": pl.String,
         "candidate_sha256": pl.String, "build_s": pl.Float64, "eval_s": pl.Float64, "extra": pl.String,
     }
+
+
+def save_evaluations(evaluations: Sequence[Evaluation], path: str | Path) -> None:
+    """Parquet (polars) or, for ``.jsonl``, JSON lines with the standard library only — the GPU
+    evaluation worker has torch and this package, nothing else."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(e.to_row()) + "\n" for e in evaluations))
+    else:
+        evaluations_to_parquet(evaluations, path)
+
+
+def load_evaluations(path: str | Path) -> list[Evaluation]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    if path.suffix == ".jsonl":
+        return [Evaluation.from_row(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return evaluations_from_parquet(path)

@@ -171,8 +171,12 @@ def load_cudal1_release(path: str | Path) -> list[ReleasedKernel]:
             raise ProblemLoadError(f"{path}:{lineno}: not a CUDA-L1 release row ({exc!r})") from exc
         _check_reference(ref, f"{path}:{lineno}")
         problem = Problem(kernelbench_id(level, number), level, f"cudal1-{gpu}-L{level}-{number}", ref, suite=f"cudal1-{gpu}")
-        # The release marks "no code" with null; an empty string means the same.
-        rows.append(ReleasedKernel(problem, row.get("custom_code") or None, gpu, reported))
+        # The release marks "no code" with null, and on some rows with the *string* "None" (17 of h100's
+        # 227 non-null rows): neither is a program.
+        code = row.get("custom_code")
+        if not isinstance(code, str) or code.strip() in ("", "None"):
+            code = None
+        rows.append(ReleasedKernel(problem, code, gpu, reported))
     return rows
 
 

@@ -220,7 +220,8 @@ def test_empty_folder_rejected(tmp_path: Path) -> None:
 def test_cudal1_release_h100() -> None:
     rows = load_cudal1_release(require(CUDAL1_H100))
     assert len(rows) == 250
-    assert sum(r.candidate_source is not None for r in rows) == 227
+    # 227 rows are non-null, but 17 of them hold the string "None": 210 rows carry a program.
+    assert sum(r.candidate_source is not None for r in rows) == 210
     assert all(r.gpu == "h100" for r in rows)
     assert len({r.problem.problem_id for r in rows}) == 250
     first = rows[0]

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from cudal1.candidates import Candidate, Evaluation, Status, evaluations_from_parquet, evaluations_to_parquet
+from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -72,8 +72,8 @@ class _Sink:
             self.rows.append(evaluation)
             self.new.append(evaluation)
             if self.path is not None:
-                tmp = self.path.with_suffix(".partial.parquet")
-                evaluations_to_parquet(self.rows, tmp)
+                tmp = self.path.with_name(self.path.name + ".partial" + self.path.suffix)
+                save_evaluations(self.rows, tmp)
                 os.replace(tmp, self.path)
         if self.progress is not None:
             self.progress(evaluation)
@@ -117,7 +117,7 @@ def evaluate_many(
         raise ValueError(f"candidates name problems that are not loaded: {unknown[:5]}; load the suite they came from")
     devices = list(devices or [config.device])
     path = Path(results_path) if results_path is not None else None
-    existing = evaluations_from_parquet(path) if path is not None else []
+    existing = load_evaluations(path) if path is not None else []
     done = {e.key for e in existing}
     ext_root = extensions_root or default_extensions_root()
     todo = [c for c in candidates

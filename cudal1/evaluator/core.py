@@ -196,7 +196,8 @@ def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], flo
 
 def _calibrate(run: _Run) -> int:
     cfg = run.config
-    msg = {"cmd": "time", "seeds": [_seed()], "iters": 2, "warmup": cfg.warmup_iters, "spot": []}
+    msg = {"cmd": "time", "warmup_seeds": [_seed() for _ in range(cfg.warmup_iters)], "seeds": [_seed(), _seed()],
+           "spot": []}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = _time_candidate(run, msg)
     slowest = max(min(ref["ms"]), min(cand["ms"]), 1e-3)
@@ -204,25 +205,24 @@ def _calibrate(run: _Run) -> int:
 
 
 def _trial(run: _Run, iters: int) -> TrialPair:
+    """One paired trial: both programs get the same fresh seeds (one per call, never reused) and the
+    same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
     cfg = run.config
-    seeds = [_seed() for _ in range(cfg.input_sets)]
-    n_spot = min(cfg.spot_checks_per_trial, iters)
-    base = {"cmd": "time", "seeds": seeds, "iters": iters, "warmup": 1}
-    ref_msg = base | {"spot": list(range(min(len(seeds), iters)))}
-    cand_msg = base | {"spot": sorted(_rng.sample(range(iters), n_spot))}
+    spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters)))
+    msg = {"cmd": "time", "warmup_seeds": [_seed()], "seeds": [_seed() for _ in range(iters)], "spot": spot}
     if _rng.random() < 0.5:
-        ref, ref_wall, ref_spots = run.reference.time(ref_msg)
-        cand, cand_wall, cand_spots = _time_candidate(run, cand_msg)
+        ref, ref_wall, ref_spots = run.reference.time(msg)
+        cand, cand_wall, cand_spots = _time_candidate(run, msg)
     else:
-        cand, cand_wall, cand_spots = _time_candidate(run, cand_msg)
-        ref, ref_wall, ref_spots = run.reference.time(ref_msg)
-    for index, outputs in cand_spots.items():
-        expected = ref_spots.get(str(int(index) % len(seeds)))
-        if expected is None:
-            continue
+        cand, cand_wall, cand_spots = _time_candidate(run, msg)
+        ref, ref_wall, ref_spots = run.reference.time(msg)
+    for index in spot:
+        outputs, expected = cand_spots.get(str(index)), ref_spots.get(str(index))
+        if outputs is None or expected is None:
+            raise Verdict(Status.RUNTIME_ERROR, f"no output recorded for timed call {index + 1}")
         result = compare_outputs(expected, outputs, cfg)
         if not result.ok:
-            raise Verdict(Status.INCORRECT, f"output checked during timing (call {int(index) + 1}) is wrong: "
+            raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall)
 

@@ -39,8 +39,7 @@ BANNED_MODULES = {
     "glob": "does file I/O",
     "importlib": "imports modules by computed name",
     "builtins": "can patch builtins",
-    "time": "reads or patches clocks",
-    "timeit": "reads clocks",
+    "timeit": "times code itself",
     "atexit": "runs code after the evaluation",
     "sysconfig": "probes the environment",
     "mmap": "maps memory shared with other processes",
@@ -97,7 +96,7 @@ ALLOWED_SETTINGS = {
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": "precision_flags",
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": "precision_flags",
 }
-ALLOWED_PREFIXES = ("torch._dynamo.config.", "torch._inductor.config.", "os.environ")
+ALLOWED_PREFIXES = ("torch._dynamo.config.", "torch._inductor.config.", "os.environ", "torch.backends.cudnn.")
 
 # Text patterns inside the source, including C++/CUDA strings handed to load_inline.
 TEXT_REJECT = {
@@ -226,6 +225,8 @@ class _Visitor(ast.NodeVisitor):
             return
         if full in ALLOWED_SETTINGS:
             self.flag(target, ALLOWED_SETTINGS[full], f"sets {full}")
+        elif full.startswith("torch.backends.cudnn."):
+            self.flag(target, "cudnn_settings", f"sets {full}")
         elif not full.startswith(ALLOWED_PREFIXES):
             self.reject(target, "monkeypatch", f"assigns {full} (patches a module the harness relies on)")
 
@@ -265,6 +266,10 @@ class _Visitor(ast.NodeVisitor):
             self.reject(node, "global_state", f"calls {full} (changes global state the measurement relies on)")
         if full == "torch.set_float32_matmul_precision":
             self.flag(node, "precision_flags", f"calls {full}")
+        if full.startswith("time.") and full != "time.sleep":
+            self.flag(node, "reads_clock", f"uses {full} (self-timing for autotuning; clocks are guarded)")
+        if full == "time.sleep":
+            self.reject(node, "banned_call", "calls time.sleep")
         if node.attr == "data_ptr" and not full:
             self.flag(node, "data_ptr", "reads data_ptr() (caches keyed on addresses are caught at run time)")
         self.generic_visit(node)

@@ -220,9 +220,13 @@ class Worker:
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s}
 
     def _inputs_for(self, seed: int) -> list[Any]:
+        """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU
+        generation is cheap enough to give every timed call contents no earlier call has seen."""
         assert self.reference is not None
         torch.manual_seed(seed)
-        return list(_to_device(self.reference.get_inputs(), self.device))
+        with torch.device(self.device):
+            inputs = self.reference.get_inputs()
+        return list(_to_device(inputs, self.device))
 
     def _forward(self, inputs: list[Any]) -> Any:
         assert self.model is not None
@@ -275,17 +279,17 @@ class Worker:
         return {"ok": True, "structure": structure, "problems": problems, "forward_ms": forward_ms}
 
     def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Timed calls over fresh input sets. Each call: flush L2, device sync, time, device sync."""
-        sets = [self._inputs_for(seed) for seed in msg["seeds"]]
-        for i in range(msg["warmup"]):
-            self._forward(sets[i % len(sets)])
+        """Timed calls, each on inputs generated for it alone from its own seed (a cache keyed on
+        addresses or contents never hits). Each call: flush L2, device sync, time, device sync."""
+        for seed in msg["warmup_seeds"]:
+            self._forward(self._inputs_for(seed))
         self._sync()
         cuda = self.device.type == "cuda"
         spot = set(msg.get("spot", []))
         ms, host_ms, spots = [], [], {}
         assert self.l2 is not None
-        for i in range(msg["iters"]):
-            inputs = sets[i % len(sets)]
+        for i, seed in enumerate(msg["seeds"]):
+            inputs = self._inputs_for(seed)
             self.l2()
             self._sync()
             if cuda:
@@ -308,6 +312,7 @@ class Worker:
                 if problems:
                     return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": problems}
                 spots[str(i)] = [o.detach().to("cpu", copy=True) if isinstance(o, torch.Tensor) else o for o in outputs]
+            del out, inputs
         if msg.get("spot_path"):
             torch.save(spots, msg["spot_path"])
         return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": []}

@@ -1,0 +1,299 @@
+"""Pipeline parameters: one frozen dataclass per ``params.yaml`` section, loaded and validated once.
+
+``load_params(path, "augment")`` returns an :class:`AugmentParams`. Every mistake stops with a
+:class:`ParamsError` that names the key (``augment.teachers[0].temperature``), what was expected and how
+to fix it, before any stage has touched its outputs. Relative paths in a section are relative to the
+directory of the params file (the repository root), so flows behave the same from any working directory.
+
+A new stage adds its dataclass and one line to ``SECTIONS``; nothing else here needs to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cudal1.evaluator.config import EvalConfig
+
+
+class ParamsError(ValueError):
+    """The params file is wrong; the message names the key and the fix."""
+
+
+SuiteKind = Literal["starter", "kernelbench_jsonl", "folder", "cudal1_release"]
+
+
+@dataclass(frozen=True)
+class SuiteParams:
+    """One source of problems. ``path`` is needed by every kind but ``starter``."""
+
+    kind: SuiteKind = "starter"
+    path: str | None = None
+    levels: tuple[int, ...] = ()  # empty: every level
+
+    def __post_init__(self) -> None:
+        if self.kind != "starter" and not self.path:
+            raise ValueError(f"kind={self.kind!r} needs `path:` (a file or folder of problems)")
+
+
+@dataclass(frozen=True)
+class ProblemsParams:
+    suites: tuple[SuiteParams, ...] = (SuiteParams(),)
+    ids: tuple[str, ...] = ()  # keep only these problem ids (empty: all)
+    limit: int | None = None  # keep the first N problems after `ids` (quick runs)
+    out: str = "data/problems/problems.parquet"
+
+
+TemplateVariant = Literal["baseline", "no_grad", "inference_mode", "channels_last", "cuda_graph"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+
+
+@dataclass(frozen=True)
+class TemplateParams:
+    """The offline template teacher: generic rewrites of every reference (see cudal1.generation.teachers)."""
+
+    enabled: bool = True
+    variants: tuple[TemplateVariant, ...] = ("baseline", "no_grad", "inference_mode", "channels_last", "cuda_graph")
+    compile_modes: tuple[CompileMode, ...] = ()  # torch.compile is slow to build on CPU: opt in
+
+
+@dataclass(frozen=True)
+class TeacherParams:
+    """An OpenAI-compatible endpoint (OpenAI, vLLM, `transformers serve`...)."""
+
+    name: str
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    model: str
+    api_key_env: str | None = None  # name of the environment variable holding the key; None: no key
+    api: Literal["chat", "completions"] = "chat"
+    samples_per_problem: int = 20  # CUDA-L1 stage 1: up to 20 attempts per problem...
+    stop_after_successes: int = 2  # ...stopping after 2 correct ones
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    request_timeout_s: float = 600.0
+    retries: int = 2  # on I/O errors only (connection, timeout, 429, 5xx)
+
+    def __post_init__(self) -> None:
+        if self.samples_per_problem < 1 or self.stop_after_successes < 1:
+            raise ValueError("samples_per_problem and stop_after_successes must be at least 1")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={self.base_url!r}: use http(s)://host:port/v1")
+
+
+@dataclass(frozen=True)
+class AugmentParams:
+    problems: str = "data/problems/problems.parquet"  # input: the problems stage's output
+    out_dir: str = "data/augment"  # candidates.parquet, evaluations.parquet, corpus.parquet
+    template: TemplateParams = field(default_factory=TemplateParams)
+    teachers: tuple[TeacherParams, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
+    protocol: EvalConfig = field(default_factory=EvalConfig)
+    # The reference itself is a baseline, not a rewrite worth learning from.
+    corpus_exclude_origins: tuple[str, ...] = ("template:baseline",)
+    # Resumable state, outside DVC's outs on purpose (DVC deletes outs before a stage re-runs): every
+    # measurement keyed by problem, candidate, protocol and hardware, and every teacher completion.
+    measurements_cache: str = "data/cache/augment-measurements.parquet"
+    completions_cache: str = "data/cache/completions.jsonl"
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.teachers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"teacher names must be unique, got {names}")
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    problems: str = "data/problems/problems.parquet"
+    candidates: str = "data/augment/candidates.parquet"  # any stage's candidate table
+    # Evaluation tables whose rows (same problem, candidate, protocol hash and device) are reused as-is.
+    reuse: tuple[str, ...] = ("data/augment/evaluations.parquet",)
+    out: str = "data/evaluate/evaluations.parquet"
+    devices: tuple[str, ...] = ("cpu",)
+    protocol: EvalConfig = field(default_factory=EvalConfig)
+    measurements_cache: str = "data/cache/evaluate-measurements.parquet"
+
+
+@dataclass(frozen=True)
+class ReportParams:
+    problems: str = "data/problems/problems.parquet"
+    candidates: str = "data/augment/candidates.parquet"  # for each candidate's origin
+    evaluations: str = "data/evaluate/evaluations.parquet"
+    out_dir: str = "reports"
+    threshold: float = 1.01  # CUDA-L1 counts a problem as sped up above 1.01x
+    title: str = "cudal1 report"
+
+
+SECTIONS: dict[str, type] = {
+    "problems": ProblemsParams,
+    "augment": AugmentParams,
+    "evaluate": EvaluateParams,
+    "report": ReportParams,
+}
+
+
+def load_params(path: str | Path, section: str) -> Any:
+    """Read ``section`` of the YAML file at ``path`` into its frozen dataclass, resolving relative
+    paths against the file's directory. A missing section gives the defaults."""
+    import yaml
+
+    path = Path(path)
+    if section not in SECTIONS:
+        raise ParamsError(f"unknown params section {section!r}; known sections: {', '.join(SECTIONS)}")
+    if not path.is_file():
+        raise ParamsError(f"{path}: no params file; run from the repository root or pass --params PATH")
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(document, Mapping):
+        raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+    raw = document.get(section) or {}
+    params = build(SECTIONS[section], raw, section)
+    params = _resolve_paths(params, path.parent.resolve())
+    _check_paths(params, section)
+    return params
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    """A section as plain data (for MLflow params and logs)."""
+    return dataclasses.asdict(params)
+
+
+def build(cls: type, raw: Any, where: str) -> Any:
+    """Construct dataclass ``cls`` from YAML data, checking every key and type on the way."""
+    if not isinstance(raw, Mapping):
+        raise ParamsError(f"{where}: expected a mapping with keys {_keys(cls)}, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in raw:
+        if key not in names:
+            raise ParamsError(
+                f"{where}.{key}: unknown key in section '{where}'; valid keys: {', '.join(names)}. "
+                "Fix the spelling or remove it."
+            )
+    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in raw.items()}
+    missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in kwargs and _required(f)]
+    if missing:
+        raise ParamsError(f"{where}: missing required key(s) {', '.join(missing)}")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ParamsError(f"{where}: {exc}") from exc
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _keys(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is type(None):
+        return "null"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"a mapping of {_type_name(args[1])}"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping with keys {_keys(tp)}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; lists become tuples so configs stay hashable."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+
+    def wrong() -> ParamsError:
+        return ParamsError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            if type(None) in args:
+                return None
+            raise wrong()
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ParamsError:
+                continue
+        raise wrong()
+    if origin is Literal:
+        if value in args:
+            return value
+        raise wrong()
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise wrong()
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise wrong()
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise wrong()
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise wrong()
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise wrong()
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise wrong()
+        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise wrong()
+        return {_coerce(args[0], k, where): _coerce(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    raise ParamsError(f"{where}: no rule to check type {tp!r} (a bug in cudal1.config)")
+
+
+# Keys that hold file or folder paths, per section class: resolved against the params file's folder.
+_PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache")
+
+
+def _resolve_paths(params: Any, root: Path) -> Any:
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if f.name in _PATH_KEYS and isinstance(value, str):
+            changes[f.name] = str(root / value)
+        elif f.name == "reuse":
+            changes[f.name] = tuple(str(root / v) for v in value)
+        elif f.name == "suites":
+            changes[f.name] = tuple(
+                dataclasses.replace(s, path=str(root / s.path)) if s.path else s for s in value
+            )
+    return dataclasses.replace(params, **changes)
+
+
+def _check_paths(params: Any, section: str) -> None:
+    for i, suite in enumerate(getattr(params, "suites", ()) if isinstance(params, ProblemsParams) else ()):
+        if suite.path and not Path(suite.path).exists():
+            raise ParamsError(
+                f"{section}.suites[{i}].path: {suite.path} does not exist. Point it at an existing "
+                f"{'file' if suite.kind != 'folder' else 'folder'} for kind {suite.kind!r} "
+                "(relative paths start at the params file's folder), or remove that suite."
+            )

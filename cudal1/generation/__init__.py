@@ -1,0 +1,1 @@
+"""Generation: policy models, backends and teachers. Heavy libraries are imported by submodules only."""

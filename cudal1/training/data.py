@@ -1,0 +1,104 @@
+"""Training data: the augment corpus as pool entries, and prompt -> completion examples built from it.
+
+An SFT example pairs a contrastive prompt (reference + exemplars drawn from the *other* corpus programs of
+the same problem) with a response in the protocol's format whose program is one corpus program. The
+analysis and design sections are written from facts we have (measured speedups, the program's origin):
+the corpus holds programs, not reasoning, and inventing reasoning would teach the policy to invent too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cudal1.candidates import Candidate, Status
+from cudal1.pool import CandidatePool, PoolEntry
+from cudal1.problems import Problem
+from cudal1.prompts import Exemplar, build_prompt, render_response
+from cudal1.training.settings import PromptSettings
+
+
+def load_corpus(path: str | Path, stage: str = "corpus") -> list[PoolEntry]:
+    """Correct corpus programs from a parquet table with ``problem_id``, ``source``, ``speedup`` (and
+    optionally ``origin``, ``status``, ``candidate_id``). Rows whose status is not ``ok`` or whose speedup
+    is missing are skipped: the corpus is executable and correct programs only."""
+    import polars as pl
+
+    path = Path(path)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files or not all(f.exists() for f in files):
+        raise FileNotFoundError(f"{path}: no corpus parquet; run the augment stage first (dvc repro augment)")
+    out = []
+    for file in files:
+        df = pl.read_parquet(file)
+        missing = {"problem_id", "source", "speedup"} - set(df.columns)
+        if missing:
+            raise ValueError(f"{file}: corpus table lacks {sorted(missing)}; expected problem_id, source, speedup")
+        for row in df.iter_rows(named=True):
+            if row.get("status", "ok") != Status.OK.value or row["speedup"] is None:
+                continue
+            c = Candidate(row["problem_id"], row["source"], row.get("origin") or "corpus", row.get("candidate_id") or "")
+            out.append(PoolEntry(c.problem_id, c.candidate_id, c.sha256, c.source, c.origin, Status.OK.value,
+                                 float(row["speedup"]), "", stage))
+    return out
+
+
+def analysis_text(exemplars: Sequence[Exemplar], target_speedup: float | None) -> str:
+    """The five Performance Analysis answers, stated from measured numbers only."""
+    if exemplars:
+        best = max(range(len(exemplars)), key=lambda i: exemplars[i].speedup)
+        scores = ", ".join(f"{e.speedup:.2f}x" for e in exemplars)
+        faster = f"Implementation {best + 1} is fastest ({scores})."
+        limit = f"The best measured speedup is {exemplars[best].speedup:.2f}x."
+    else:
+        faster, limit = "No earlier implementation to compare.", "No measurement yet."
+    target = f"{target_speedup:.2f}x" if target_speedup is not None else "a faster program"
+    return (f"1. {faster}\n2. Build on the fastest approach.\n3. {limit}\n"
+            f"4. Approaches not shown above.\n5. The main computation; aim for {target}.")
+
+
+def design_text(origin: str) -> str:
+    return f"Approach: {origin}."
+
+
+def response_for(program: str, origin: str, exemplars: Sequence[Exemplar], speedup: float | None) -> str:
+    return render_response(analysis_text(exemplars, speedup), design_text(origin), program)
+
+
+def contrastive_prompt(problem: Problem, pool: CandidatePool, rng: random.Random, settings: PromptSettings,
+                       exclude_sha: str | None = None) -> tuple[str, list[Exemplar]]:
+    """A prompt for ``problem`` with exemplars from ``pool``, leaving out one program (an SFT target must
+    not appear among its own exemplars, or the policy learns to copy rather than to improve)."""
+    if exclude_sha is not None:
+        pool = CandidatePool(e for e in pool.entries(problem.problem_id) if e.sha256 != exclude_sha)
+    exemplars = pool.sample_exemplars(problem.problem_id, rng, settings.exemplars, settings.bucket_width,
+                                      settings.temperature) if settings.exemplars else []
+    return build_prompt(problem.source, exemplars), exemplars
+
+
+def sft_examples(problems: Mapping[str, Problem], corpus: Sequence[PoolEntry], settings: PromptSettings,
+                 seed: int = 0, copies: int = 1) -> list[dict[str, Any]]:
+    """One prompt/completion example per corpus program (``copies`` times, each with freshly drawn
+    exemplars). Programs of problems not in ``problems`` are skipped."""
+    rng = random.Random(seed)
+    pool = CandidatePool(corpus)
+    rows = []
+    for _ in range(copies):
+        for entry in sorted(corpus, key=lambda e: (e.problem_id, e.sha256)):
+            problem = problems.get(entry.problem_id)
+            if problem is None:
+                continue
+            prompt, exemplars = contrastive_prompt(problem, pool, rng, settings, exclude_sha=entry.sha256)
+            completion = response_for(entry.source, entry.origin, exemplars, entry.speedup)
+            rows.append({"prompt": prompt, "completion": completion, "problem_id": entry.problem_id})
+    return rows
+
+
+def fit_length(rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    """Drop examples whose prompt + completion exceed ``max_length`` tokens (truncation would cut the
+    program, teaching the policy half programs). Returns the kept rows and how many were dropped."""
+    kept = [r for r in rows if len(tokenizer(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"])
+            < max_length]
+    return kept, len(rows) - len(kept)

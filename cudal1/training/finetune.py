@@ -1,0 +1,129 @@
+"""Supervised fine-tuning through TRL's SFTTrainer (full or LoRA): the SFT stage and the fine-tuning
+half of each self-supervised round use it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cudal1.training.settings import FinetuneSettings
+
+# (metrics, step) -> None: where per-step numbers go (MLflow in the flows, nothing in the core).
+MetricSink = Callable[[dict[str, float], int], None]
+
+
+def on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def device_kwargs() -> dict[str, Any]:
+    """TrainingArguments for this machine: on CPU, ``use_cpu`` and no bf16 (TRL defaults bf16 to True,
+    which fails without a GPU)."""
+    return {"use_cpu": True, "bf16": False} if on_cpu() else {}
+
+
+def load_policy(path: str | Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:  # many hub models ship without one; generation and batching need it
+        tokenizer.pad_token = tokenizer.eos_token
+    return AutoModelForCausalLM.from_pretrained(path), tokenizer
+
+
+def save_policy(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
+    """Save a plain model (LoRA adapters merged) so every later stage loads it the same way."""
+    out_dir = Path(out_dir)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def lora_config(r: int, alpha: int) -> Any:
+    from peft import LoraConfig
+
+    # All linear projections of a Llama-shaped block: small adapters, still enough to move the policy.
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+def make_step_callback(sink: MetricSink | None, prefix: str, step_offset: int = 0) -> Any:
+    """A TrainerCallback forwarding each log line (loss, learning rate, TRL's reward columns) to ``sink``
+    with ``prefix`` on the names and ``step_offset`` added to the step, so several trainers in one stage
+    (rounds, epochs) log on one axis."""
+    from transformers import TrainerCallback
+
+    class _Forward(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if sink is None or not logs:
+                return
+            numbers = {f"{prefix}{k.replace('/', '_')}": float(v) for k, v in logs.items()
+                       if isinstance(v, int | float) and math.isfinite(float(v))}
+            if numbers:
+                sink(numbers, step_offset + state.global_step)
+
+    return _Forward()
+
+
+def finetune(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[dict[str, Any]],
+    settings: FinetuneSettings,
+    work_dir: str | Path,
+    *,
+    sink: MetricSink | None = None,
+    prefix: str = "sft_",
+    step_offset: int = 0,
+) -> tuple[Any, dict[str, Any]]:
+    """Fine-tune on prompt/completion ``rows`` (loss on the completion only). Returns the trained model
+    (LoRA merged) and a summary: examples, steps, first/last loss, seconds."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    if not rows:
+        raise ValueError("no training examples: the corpus (or this round's correct samples) is empty")
+    args = SFTConfig(
+        output_dir=str(work_dir),
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        max_length=settings.max_length,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",  # the flows add tracking through `sink`
+        seed=settings.seed,
+        disable_tqdm=True,
+        **device_kwargs(),
+    )
+    columns = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(columns),
+        processing_class=tokenizer,
+        peft_config=lora_config(settings.lora_r, settings.lora_alpha) if settings.lora else None,
+        callbacks=[make_step_callback(sink, prefix, step_offset)],
+    )
+    result = trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    summary = {
+        "examples": len(rows),
+        "steps": trainer.state.global_step,
+        "first_loss": losses[0] if losses else math.nan,
+        "last_loss": losses[-1] if losses else math.nan,
+        "train_seconds": float(result.metrics.get("train_runtime", math.nan)),
+    }
+    return model, summary

@@ -1,0 +1,207 @@
+"""Reward functions in TRL's contract ``(completions, **columns) -> list[float | None]``.
+
+The contrastive-RL reward (CUDA-L1 §2.4.4-2.4.5): parse the completion, evaluate its program, take the
+measured speedup, normalise it within the group of completions that share a prompt, clip to [−k, k].
+A completion that yields no evaluable program, or whose program fails (compile error, runtime error,
+incorrect, timeout, rejected), gets a fixed ``failure_reward`` below −k, so a correct program always
+outscores a broken one. Every evaluation joins the candidate pool, which is also the cache: a program
+already in the pool is never evaluated again.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudal1.candidates import Candidate, Evaluation
+from cudal1.pool import CandidatePool, PoolEntry
+from cudal1.problems import Problem
+from cudal1.prompts import SECTIONS, parse_response
+
+# (problems, candidates) -> one evaluation per candidate, in order; cudal1.evaluator.evaluate_many fits.
+EvaluateFn = Callable[[Sequence[Problem], Sequence[Candidate]], list[Evaluation]]
+
+MALFORMED = "malformed"
+
+
+def normalise_group(scores: Sequence[float | None]) -> list[float | None]:
+    """z-scores of the non-None scores; None stays None. A group with fewer than two scores, or no
+    spread, gets 0 for each score (nothing to prefer).
+
+    >>> normalise_group([1.0, 3.0, None])
+    [-1.0, 1.0, None]
+    >>> normalise_group([2.0, None])
+    [0.0, None]
+    """
+    present = [s for s in scores if s is not None]
+    if len(present) < 2 or statistics.pstdev(present) < 1e-12:
+        return [None if s is None else 0.0 for s in scores]
+    mean, std = statistics.fmean(present), statistics.pstdev(present)
+    return [None if s is None else (s - mean) / std for s in scores]
+
+
+def group_rewards(speedups: Sequence[float | None], clip: float = 1.5, failure_reward: float = -2.0) -> list[float]:
+    """Rewards for one group: speedups of correct programs normalised then clipped to [−clip, clip];
+    ``None`` (failed or malformed) gets ``failure_reward``.
+
+    >>> [round(r, 2) for r in group_rewards([1.0, 1.0, 1.0, 10.0, None], clip=1.5)]  # z(10.0) = 1.73
+    [-0.58, -0.58, -0.58, 1.5, -2.0]
+    >>> group_rewards([None, None])
+    [-2.0, -2.0]
+    """
+    normalised = normalise_group(speedups)
+    return [failure_reward if z is None else max(-clip, min(clip, z)) for z in normalised]
+
+
+def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
+    """Fraction of protocol sections present, minus 1 when no evaluable program: in [−1, 1].
+
+    >>> format_reward(["## Performance Analysis\\na\\n## Algorithm Design\\nb\\n## Code Implementation\\n"
+    ...                "```python\\nclass ModelNew: pass\\n```"])
+    [1.0]
+    >>> format_reward(["hello"])
+    [-1.0]
+    """
+    out = []
+    for completion in completions:
+        parsed = parse_response(completion_text(completion))
+        present = sum(name in parsed.sections for name in SECTIONS) / len(SECTIONS)
+        out.append(present - (0.0 if parsed.ok else 1.0))
+    return out
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes strings for plain prompts and message lists for conversational ones."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content", "") for m in completion if isinstance(m, dict))
+
+
+@dataclass(frozen=True)
+class RewardRecord:
+    """One rewarded completion, kept for the epoch's metrics."""
+
+    problem_id: str
+    status: str
+    speedup: float | None
+    reward: float
+    cached: bool
+    format_errors: int
+
+
+class SpeedupReward:
+    """The contrastive-RL reward, a callable object in TRL's contract.
+
+    Needs a ``problem_id`` dataset column. Completions sharing a prompt form a group.
+
+    >>> from cudal1.candidates import Status
+    >>> def toy_evaluate(problems, candidates):  # stands in for the evaluator: speedup = 1 + len(code)/100
+    ...     return [Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=1 + len(c.source) / 100)
+    ...             for c in candidates]
+    >>> reward = SpeedupReward({"p": Problem("p", 1, "p", "class Model: ...")}, toy_evaluate, CandidatePool())
+    >>> ok = "## Code Implementation\\n```python\\nclass ModelNew: pass\\n```"
+    >>> long = "## Code Implementation\\n```python\\nclass ModelNew: pass  # a longer program\\n```"
+    >>> [round(r, 6) for r in reward([ok, long, "no code"], prompts=["q"] * 3, problem_id=["p"] * 3)]
+    [-1.0, 1.0, -2.0]
+    >>> [round(r, 6) for r in reward([long, "no code"], prompts=["q"] * 2, problem_id=["p"] * 2)]
+    [0.0, -2.0]
+    >>> len(reward.pool), reward.evaluated  # the second call was served from the pool
+    (2, 2)
+    """
+
+    __name__ = "speedup_reward"  # TRL names a reward column after the callable
+
+    def __init__(
+        self,
+        problems: Mapping[str, Problem],
+        evaluate: EvaluateFn,
+        pool: CandidatePool,
+        *,
+        clip: float = 1.5,
+        failure_reward: float = -2.0,
+        pool_path: str | Path | None = None,
+        stage: str = "rl",
+    ) -> None:
+        if clip <= 0:
+            raise ValueError(f"clip={clip}: must be positive (the paper uses k = 1.5)")
+        if failure_reward > -clip:
+            raise ValueError(f"failure_reward={failure_reward} > -clip={-clip}: a broken program would outscore a "
+                             "correct one; use a value at or below -clip")
+        self.problems, self.evaluate, self.pool = dict(problems), evaluate, pool
+        self.clip, self.failure_reward = clip, failure_reward
+        self.pool_path = Path(pool_path) if pool_path is not None else None
+        self.stage = stage
+        self.evaluated = 0  # evaluator calls made by this object (the cache's counterpart)
+        self.history: list[RewardRecord] = []
+
+    def __call__(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None,
+                 problem_id: Sequence[str] | None = None, **_: Any) -> list[float]:
+        if problem_id is None:
+            raise ValueError("SpeedupReward needs a `problem_id` column in the training dataset")
+        parsed = [parse_response(completion_text(c)) for c in completions]
+        entries, fresh = self._entries(parsed, problem_id)
+        speedups = [e.speedup if e is not None and e.ok else None for e in entries]
+        groups: dict[str, list[int]] = {}
+        for i in range(len(completions)):
+            groups.setdefault(str(prompts[i]) if prompts is not None else "all", []).append(i)
+        rewards = [0.0] * len(completions)
+        for members in groups.values():
+            group = group_rewards([speedups[i] for i in members], self.clip, self.failure_reward)
+            for i, r in zip(members, group, strict=True):
+                rewards[i] = r
+        for i, (p, e) in enumerate(zip(parsed, entries, strict=True)):
+            status = e.status if e is not None else MALFORMED
+            cached = e is not None and e.key not in fresh
+            self.history.append(RewardRecord(problem_id[i], status, speedups[i], rewards[i], cached, len(p.errors)))
+        return rewards
+
+    def _entries(self, parsed: Sequence[Any], problem_ids: Sequence[str]
+                 ) -> tuple[list[PoolEntry | None], set[tuple[str, str]]]:
+        """Pool entries for the evaluable programs (None for the rest), evaluating only what the pool has
+        not seen; also the keys evaluated by this call."""
+        candidates: list[Candidate | None] = []
+        for p, pid in zip(parsed, problem_ids, strict=True):
+            if pid not in self.problems:
+                raise KeyError(f"problem_id {pid!r} is not among the {len(self.problems)} problems given")
+            candidates.append(Candidate(pid, p.code, origin=self.stage) if p.ok else None)
+        todo: dict[tuple[str, str], Candidate] = {}
+        for c in candidates:
+            if c is not None and (c.problem_id, c.sha256) not in self.pool:
+                todo.setdefault((c.problem_id, c.sha256), c)
+        if todo:
+            batch = list(todo.values())
+            evaluations = self.evaluate([self.problems[c.problem_id] for c in batch], batch)
+            self.evaluated += len(batch)
+            for c, ev in zip(batch, evaluations, strict=True):
+                self.pool.add(PoolEntry.from_evaluation(c, ev, self.stage))
+            if self.pool_path is not None:
+                self.pool.save(self.pool_path)  # after every batch: a crash loses no evaluation
+        return [None if c is None else self.pool.get(c.problem_id, c.sha256) for c in candidates], set(todo)
+
+
+def epoch_metrics(records: Sequence[RewardRecord]) -> dict[str, float]:
+    """Per-epoch numbers: mean/max reward, success rate, mean/median speedup of correct programs.
+
+    >>> m = epoch_metrics([RewardRecord("p", "ok", 2.0, 1.0, False, 0), RewardRecord("p", "malformed", None, -2.0, False, 1)])
+    >>> m["mean_reward"], m["success_rate"], m["median_speedup"]
+    (-0.5, 0.5, 2.0)
+    """
+    if not records:
+        return {}
+    speedups = [r.speedup for r in records if r.speedup is not None]
+    rewards = [r.reward for r in records]
+    return {
+        "mean_reward": statistics.fmean(rewards),
+        "max_reward": max(rewards),
+        "success_rate": len(speedups) / len(records),
+        "mean_speedup": statistics.fmean(speedups) if speedups else math.nan,
+        "median_speedup": statistics.median(speedups) if speedups else math.nan,
+        "max_speedup": max(speedups) if speedups else math.nan,
+        "well_formed_rate": sum(r.format_errors == 0 for r in records) / len(records),
+        "cached_rate": sum(r.cached for r in records) / len(records),
+        "completions": float(len(records)),
+    }

@@ -1,0 +1,126 @@
+"""Contrastive RL (CUDA-L1 stage 3) through TRL's GRPOTrainer; no RL loop of our own.
+
+Each epoch builds a fresh prompt set from the candidate pool as it stands (so prompts contrast the best
+programs found so far), then runs one GRPOTrainer pass over it. The reward evaluates every completion and
+adds it to the pool. Trainers are rebuilt per epoch because the prompts change; the model carries over
+(the optimizer state does not: Adam moments of a 3-step epoch are worth little, and starting clean keeps a
+resumed epoch identical to an uninterrupted one).
+
+Resuming: ``state.json`` in the output folder lists finished epochs and their metrics; the policy of the
+last finished epoch is in ``policy/``. The pool is the evaluation cache, so a restarted epoch evaluates
+only programs never seen before.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cudal1.pool import CandidatePool
+from cudal1.problems import Problem
+from cudal1.training.data import contrastive_prompt
+from cudal1.training.finetune import MetricSink, device_kwargs, lora_config, make_step_callback, save_policy
+from cudal1.training.rewards import EvaluateFn, SpeedupReward, epoch_metrics, format_reward
+from cudal1.training.settings import RLSettings
+
+
+def epoch_prompts(problems: Mapping[str, Problem], pool: CandidatePool, settings: RLSettings,
+                  epoch: int) -> list[dict[str, str]]:
+    rng = random.Random(settings.seed * 1_000_003 + epoch)  # an epoch's prompts depend on (seed, epoch, pool)
+    return [{"prompt": contrastive_prompt(problems[pid], pool, rng, settings.prompts)[0], "problem_id": pid}
+            for pid in sorted(problems) for _ in range(settings.prompts_per_problem)]
+
+
+def grpo_config(settings: RLSettings, out_dir: Path, epoch: int) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out_dir / "trainer"),
+        num_train_epochs=1,
+        per_device_train_batch_size=settings.batch_size,
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_new_tokens,
+        temperature=settings.temperature,
+        top_k=0,  # sample the policy's own distribution: GRPO's ratios assume it
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",  # one short trainer per epoch: a decaying schedule would restart each time
+        beta=settings.beta,
+        use_vllm=False,  # TRL's colocated vLLM fails on CPU (STACK-NOTES); on GPU set it through the flow
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=settings.seed + epoch,
+        disable_tqdm=True,
+        **device_kwargs(),
+    )
+
+
+def load_state(out_dir: Path) -> dict[str, Any]:
+    path = out_dir / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {"epochs": []}
+
+
+def run_contrastive_rl(
+    model: Any,
+    tokenizer: Any,
+    problems: Mapping[str, Problem],
+    pool: CandidatePool,
+    evaluate: EvaluateFn,
+    settings: RLSettings,
+    out_dir: str | Path,
+    *,
+    pool_path: str | Path | None = None,
+    sink: MetricSink | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    load_model: Callable[[Path], Any] | None = None,
+) -> tuple[Any, list[dict[str, float]]]:
+    """Run the epochs not finished yet in ``out_dir``. Returns the policy and every epoch's metrics.
+    ``load_model(path)`` reloads the last finished epoch's policy when resuming."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    out_dir = Path(out_dir)
+    state = load_state(out_dir)
+    done = len(state["epochs"])
+    if done and load_model is not None and (out_dir / "policy").exists():
+        model = load_model(out_dir / "policy")
+    reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
+                           pool_path=pool_path, stage="contrastive_rl")
+    funcs: list[Any] = [reward]
+    weights = [1.0]
+    if settings.format_weight:
+        funcs.append(format_reward)
+        weights.append(settings.format_weight)
+    steps = sum(int(e.get("steps", 0)) for e in state["epochs"])
+    peft = lora_config(settings.lora_r, settings.lora_alpha) if settings.lora else None
+    for epoch in range(done, settings.epochs):
+        start, evaluated_before = len(reward.history), reward.evaluated
+        t0 = time.perf_counter()
+        args = grpo_config(settings, out_dir, epoch)
+        args.reward_weights = weights if len(weights) > 1 else None
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=funcs, args=args, processing_class=tokenizer,
+            train_dataset=Dataset.from_list(epoch_prompts(problems, pool, settings, epoch)),
+            peft_config=peft, callbacks=[make_step_callback(sink, "rl_", steps)],
+        )
+        trainer.train()
+        model = trainer.model
+        if hasattr(model, "merge_and_unload"):  # LoRA: merge each epoch, fresh adapters next epoch
+            model = model.merge_and_unload()
+        metrics = epoch_metrics(reward.history[start:])
+        metrics |= {"epoch": float(epoch), "steps": float(trainer.state.global_step),
+                    "evaluated": float(reward.evaluated - evaluated_before),
+                    "epoch_seconds": time.perf_counter() - t0} | pool.stats()
+        steps += trainer.state.global_step
+        save_policy(model, tokenizer, out_dir / "policy")
+        state["epochs"].append(metrics)
+        (out_dir / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        if sink is not None:
+            sink({f"rl_epoch_{k}": v for k, v in metrics.items()}, epoch)
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+    return model, state["epochs"]

@@ -1,0 +1,146 @@
+"""Settings of the learning stages: one frozen dataclass per ``params.yaml`` section (``policy``, ``sft``,
+``self_supervised``, ``contrastive_rl``), validated on construction with messages that say how to fix
+the value. Defaults are the embedded CPU configuration measured in docs/learning.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) <= 0:
+            raise ValueError(f"{type(obj).__name__}.{name}={getattr(obj, name)}: must be positive")
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How exemplars are chosen for a contrastive prompt (CUDA-L1 §2.4.3)."""
+
+    exemplars: int = 2  # N: exemplars per prompt, from different buckets
+    bucket_width: float = 0.1  # Δs: score bucket width, in speedup units
+    temperature: float = 0.5  # τ: softmax temperature over bucket-mean speedups
+
+    def __post_init__(self) -> None:
+        _positive(self, "bucket_width", "temperature")
+        if self.exemplars < 0:
+            raise ValueError(f"exemplars={self.exemplars}: use 0 (no exemplars) or more")
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """``model: tiny`` builds the project's own policy; anything else is a hub id or a local path."""
+
+    model: str = "tiny"
+    vocab_size: int = 2048
+    hidden: int = 128
+    layers: int = 2
+    max_positions: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive(self, "vocab_size", "hidden", "layers", "max_positions")
+        if self.model == "tiny" and self.hidden % 32:
+            raise ValueError(f"policy.hidden={self.hidden}: use a multiple of 32 (the head size)")
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.model == "tiny"
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """Shared by SFT and the self-supervised rounds: how TRL's SFTTrainer fine-tunes."""
+
+    epochs: float = 8.0
+    learning_rate: float = 2e-3
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_length: int = 3072  # prompt + completion tokens; longer examples are dropped, not truncated
+    lora: bool = False  # full fine-tune by default: a tiny policy has no reason to be frozen
+    lora_r: int = 16
+    lora_alpha: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive(self, "epochs", "learning_rate", "batch_size", "grad_accum", "max_length", "lora_r", "lora_alpha")
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    samples: int = 4  # k completions per problem (per prompt)
+    max_new_tokens: int = 384
+    temperature: float = 1.0
+    batch_size: int = 8  # prompts per generate call
+
+    def __post_init__(self) -> None:
+        _positive(self, "samples", "max_new_tokens", "batch_size")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}: use 0 (greedy) or a positive value")
+
+
+@dataclass(frozen=True)
+class SelfSupervisedSettings:
+    rounds: int = 1
+    sampling: SamplingSettings = SamplingSettings()
+    finetune: FinetuneSettings = FinetuneSettings(epochs=2.0, learning_rate=5e-4)
+    prompts: PromptSettings = PromptSettings()
+
+    def __post_init__(self) -> None:
+        if self.rounds < 0:
+            raise ValueError(f"self_supervised.rounds={self.rounds}: use 0 (skip) or more")
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """Contrastive RL through TRL's GRPOTrainer. One epoch = one pass over ``prompts_per_problem`` prompts
+    per problem, each built from the pool as it stands at the start of the epoch."""
+
+    epochs: int = 3
+    prompts_per_problem: int = 1
+    num_generations: int = 4  # G: completions per prompt (the normalisation group)
+    batch_size: int = 8  # completions per optimisation step; must divide by num_generations
+    max_new_tokens: int = 384
+    temperature: float = 1.0
+    learning_rate: float = 2e-4
+    beta: float = 0.0  # KL weight toward the starting policy; 0 needs no reference model
+    clip: float = 1.5  # k: normalised rewards are clipped to [-k, k]
+    failure_reward: float = -2.0  # failed or malformed completions; must be <= -clip
+    format_weight: float = 0.0  # weight of the protocol-format reward beside the speedup reward
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    seed: int = 0
+    prompts: PromptSettings = PromptSettings()
+
+    def __post_init__(self) -> None:
+        _positive(self, "epochs", "prompts_per_problem", "num_generations", "batch_size", "max_new_tokens",
+                  "learning_rate", "clip")
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
+        if self.batch_size % self.num_generations:
+            raise ValueError(f"batch_size={self.batch_size} must be a multiple of num_generations="
+                             f"{self.num_generations} (TRL's generation batch holds whole groups)")
+        if self.failure_reward > -self.clip:
+            raise ValueError(f"failure_reward={self.failure_reward} > -clip: a broken program would outscore a "
+                             "correct one; set it at or below -clip")
+
+
+def from_dict(cls: type, data: dict[str, Any] | None, base: Any = None) -> Any:
+    """Build a settings dataclass from a params section; nested sections start from the outer default
+    (``base``). Unknown keys are an error naming the known ones: a typo must not silently fall back to a
+    default."""
+    data = dict(data or {})
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
+    base = base if base is not None else cls()
+    values = {name: getattr(base, name) for name in known}
+    for name, value in data.items():
+        current = values[name]
+        if isinstance(value, dict) and hasattr(current, "__dataclass_fields__"):
+            value = from_dict(type(current), value, base=current)
+        values[name] = value
+    return cls(**values)
