@@ -22,6 +22,7 @@ from cudal1.evaluator.core import (
     default_extensions_root,
     device_name,
     evaluate_candidate,
+    prepare_candidate_worker,
 )
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.static import check_source
@@ -149,32 +150,61 @@ def evaluate_many(
 
 def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]], config: EvalConfig,
                  devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
+    """One device, one candidate timed at a time. The next problem's reference worker and the next
+    candidate's worker start while the current candidate is measured, so interpreter, torch and CUDA
+    start-up stay off the critical path."""
     cfg = config.with_device(device)
-    while True:
+
+    def start_reference(problem: Problem) -> ReferenceSession | str:
+        try:
+            return ReferenceSession(problem, cfg)
+        except ReferenceError as exc:
+            return str(exc)
+
+    def next_group() -> tuple[Problem, list[Candidate], Future] | None:
         try:
             problem, cands = groups.get_nowait()
         except queue.Empty:
-            return
-        try:
-            session = ReferenceSession(problem, cfg)
-        except ReferenceError as exc:
-            for c in cands:
-                sink.add(Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR,
-                                    reason=f"reference failed: {exc}", flags=("reference_failed",), device=device,
-                                    device_name=device_name(device), config_hash=cfg.hash,
-                                    problem_sha256=problem.sha256, candidate_sha256=c.sha256))
-            continue
-        with session:
-            for c in cands:
-                if c.sha256 in builds:
-                    builds[c.sha256].result()
-                try:
-                    result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root)
-                except ReferenceError as exc:
-                    result = Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR,
-                                        reason=f"reference failed: {exc}", flags=("reference_failed",), device=device,
-                                        device_name=device_name(device), config_hash=cfg.hash,
-                                        problem_sha256=problem.sha256, candidate_sha256=c.sha256)
-                if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-                    result = _recheck(result, problem, c, cfg, devices, device, ext_root)
-                sink.add(result)
+            return None
+        return problem, cands, starter.submit(start_reference, problem)
+
+    with ThreadPoolExecutor(max_workers=1) as starter:
+        current = next_group()
+        prepared: WorkerProcess | None = None
+        while current is not None:
+            problem, cands, session_future = current
+            upcoming = next_group()
+            session = session_future.result()
+            if isinstance(session, str):
+                for c in cands:
+                    sink.add(_reference_failed(problem, c, cfg, session))
+                current = upcoming
+                continue
+            with session:
+                for i, c in enumerate(cands):
+                    if c.sha256 in builds:
+                        builds[c.sha256].result()
+                    worker = prepared or prepare_candidate_worker(problem, c, cfg, ext_root)
+                    following = (problem, cands[i + 1]) if i + 1 < len(cands) else \
+                        ((upcoming[0], upcoming[1][0]) if upcoming is not None else None)
+                    prepared = None
+                    if following is not None and (following[1].sha256 not in builds or builds[following[1].sha256].done()):
+                        prepared = prepare_candidate_worker(following[0], following[1], cfg, ext_root)
+                    try:
+                        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root,
+                                                    prepared=worker)
+                    except ReferenceError as exc:
+                        result = _reference_failed(problem, c, cfg, str(exc))
+                    if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
+                        result = _recheck(result, problem, c, cfg, devices, device, ext_root)
+                    sink.add(result)
+            current = upcoming
+        if prepared is not None:
+            prepared.close()
+            shutil.rmtree(prepared.workdir.parent, ignore_errors=True)
+
+
+def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str) -> Evaluation:
+    return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"reference failed: {message}",
+                      flags=("reference_failed",), device=cfg.device, device_name=device_name(cfg.device),
+                      config_hash=cfg.hash, problem_sha256=problem.sha256, candidate_sha256=c.sha256)

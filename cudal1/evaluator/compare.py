@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -17,10 +17,13 @@ class Comparison:
     reason: str = ""
     max_abs_error: float = 0.0
     max_rel_l2_error: float = 0.0
+    # max |out - ref| / (1 + |ref|): the output passes allclose(atol=rtol=t) exactly when this is <= t,
+    # so one lenient run tells which stricter tolerances it would also pass.
+    max_scaled_error: float = 0.0
 
 
-def _fail(reason: str, abs_err: float = math.inf, rel: float = math.inf) -> Comparison:
-    return Comparison(False, reason, abs_err, rel)
+def _fail(reason: str, abs_err: float = math.inf, rel: float = math.inf, scaled: float = math.inf) -> Comparison:
+    return Comparison(False, reason, abs_err, rel, scaled)
 
 
 def compare_outputs(reference: list[Any], outputs: list[Any], config: EvalConfig) -> Comparison:
@@ -29,7 +32,7 @@ def compare_outputs(reference: list[Any], outputs: list[Any], config: EvalConfig
     the reference's values are smaller than the absolute tolerance."""
     if len(reference) != len(outputs):
         return _fail(f"returned {len(outputs)} outputs, the reference returns {len(reference)}")
-    worst_abs, worst_rel = 0.0, 0.0
+    worst_abs, worst_rel, worst_scaled = 0.0, 0.0, 0.0
     for i, (ref, out) in enumerate(zip(reference, outputs)):
         if not isinstance(ref, torch.Tensor):
             if isinstance(out, torch.Tensor) or not isinstance(out, (int, float, bool)):
@@ -45,10 +48,11 @@ def compare_outputs(reference: list[Any], outputs: list[Any], config: EvalConfig
             return _fail(f"output {i} has dtype {out.dtype}, the reference {ref.dtype}")
         result = _compare_tensor(ref, out, config)
         if not result.ok:
-            return Comparison(False, f"output {i}: {result.reason}", result.max_abs_error, result.max_rel_l2_error)
+            return replace(result, reason=f"output {i}: {result.reason}")
         worst_abs = max(worst_abs, result.max_abs_error)
         worst_rel = max(worst_rel, result.max_rel_l2_error)
-    return Comparison(True, "", worst_abs, worst_rel)
+        worst_scaled = max(worst_scaled, result.max_scaled_error)
+    return Comparison(True, "", worst_abs, worst_rel, worst_scaled)
 
 
 def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig) -> Comparison:
@@ -71,6 +75,7 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig) ->
         return Comparison(True)
     diff = (o - r).abs()
     max_abs = float(diff.max())
+    scaled = float((diff / (1 + r.abs())).max())
     ref_norm = float(torch.linalg.vector_norm(r))
     rel_l2 = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else math.inf)
     atol, rtol = config.tolerance_for(dtype)
@@ -78,12 +83,12 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig) ->
     if bool((excess > 0).any()):
         count = int((excess > 0).sum())
         return _fail(f"{count} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g} "
-                     f"(max abs error {max_abs:.3g})", max_abs, rel_l2)
+                     f"(max abs error {max_abs:.3g})", max_abs, rel_l2, scaled)
     limit = config.rel_l2_for(dtype)
     if ref_norm > 0 and rel_l2 > limit:
         return _fail(f"relative L2 error {rel_l2:.3g} exceeds {limit:g} (scale-aware check: the output is "
-                     "close in absolute terms only because the reference's values are small)", max_abs, rel_l2)
-    return Comparison(True, "", max_abs, rel_l2)
+                     "close in absolute terms only because the reference's values are small)", max_abs, rel_l2, scaled)
+    return Comparison(True, "", max_abs, rel_l2, scaled)
 
 
 def inputs_unchanged(before: list[Any], after: list[Any]) -> str:
@@ -112,3 +117,29 @@ def outputs_equal(a: list[Any], b: list[Any]) -> bool:
         elif x != y:
             return False
     return True
+
+
+def compare_fingerprints(reference: list[list[float]], candidate: list[list[float]], dtypes: list[str],
+                         config: EvalConfig) -> str:
+    """Empty when a call's output sums are consistent with passing the elementwise check. Both bounds
+    are necessary conditions of passing: from |o - r| <= atol + rtol |r| elementwise, any signed sum
+    differs by at most atol N + rtol sum|r|; from ||o - r|| <= t ||r||, by at most t sqrt(N) ||r||."""
+    if len(reference) != len(candidate):
+        return f"returned {len(candidate)} outputs, the reference {len(reference)}"
+    for i, (r, c) in enumerate(zip(reference, candidate)):
+        if len(c) != len(r) or c[0] != r[0]:
+            return f"output {i} has {c[0] if c else 0:g} elements, the reference {r[0]:g}"
+        n, abs_sum, sq_sum = r[0], r[2], r[4]
+        dtype = dtypes[i] if i < len(dtypes) else "float32"
+        atol, rtol = config.tolerance_for(dtype)
+        bound = min(atol * n + rtol * abs_sum, config.rel_l2_for(dtype) * math.sqrt(n * sq_sum))
+        bound = bound * (1 + 1e-9) + 1e-12  # float64 rounding of the sums themselves
+        # sum x^2 only sets the scale-aware bound; the three linear sums are the checks.
+        for name, rv, cv in zip(("sum", "sum|x|", "weighted sum"), r[1:4], c[1:4]):
+            if not math.isfinite(rv):
+                continue  # the reference itself is not finite here: the full spot checks decide
+            if not math.isfinite(cv):
+                return f"output {i} has NaN/Inf where the reference is finite"
+            if abs(cv - rv) > bound:
+                return f"output {i}: {name} {cv:.6g} vs the reference's {rv:.6g} (allowed difference {bound:.3g})"
+    return ""

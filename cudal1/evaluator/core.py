@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import Candidate, Evaluation, Status
-from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.static import check_source
@@ -150,12 +150,16 @@ class _Run:
     flags: set[str] = field(default_factory=set)
     max_abs: float = 0.0
     max_rel: float = 0.0
+    max_scaled: float = 0.0
+    output_dtypes: list[str] = field(default_factory=list)
 
 
 def _correctness(run: _Run) -> int:
     cfg = run.config
     seeds = [_seed() for _ in range(max(cfg.correctness_trials, 2))]
     records = run.reference.records(seeds)
+    run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
+                         for o in records[0]["outputs"]]
     # Problem self-test: an output that does not depend on the inputs lets anything constant pass.
     if outputs_equal(records[0]["outputs"], records[1]["outputs"]):
         if cfg.degenerate_policy == "reject":
@@ -181,6 +185,7 @@ def _correctness(run: _Run) -> int:
                           f"{result.reason}", max_abs_error=result.max_abs_error, max_rel_l2_error=result.max_rel_l2_error)
         run.max_abs = max(run.max_abs, result.max_abs_error)
         run.max_rel = max(run.max_rel, result.max_rel_l2_error)
+        run.max_scaled = max(run.max_scaled, result.max_scaled_error)
     return cfg.correctness_trials
 
 
@@ -216,6 +221,14 @@ def _trial(run: _Run, iters: int) -> TrialPair:
     else:
         cand, cand_wall, cand_spots = _time_candidate(run, msg)
         ref, ref_wall, ref_spots = run.reference.time(msg)
+    ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
+    if len(cand_prints) != len(ref_prints):
+        raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
+    for index, (rp, cp) in enumerate(zip(ref_prints, cand_prints)):
+        problem = compare_fingerprints(rp, cp, run.output_dtypes, cfg)
+        if problem:
+            raise Verdict(Status.INCORRECT, f"timed call {index + 1}: {problem} — the candidate behaves differently "
+                          "once timed")
     for index in spot:
         outputs, expected = cand_spots.get(str(index)), ref_spots.get(str(index))
         if outputs is None or expected is None:
@@ -256,6 +269,7 @@ def evaluate_candidate(
     *,
     reference: ReferenceSession | None = None,
     extensions_root: Path | None = None,
+    prepared: WorkerProcess | None = None,
 ) -> Evaluation:
     """Evaluate one candidate. Never raises for anything the candidate does; raises ``ReferenceError``
     only when the problem's own reference cannot run."""
@@ -266,41 +280,36 @@ def evaluate_candidate(
     static_flags: tuple[str, ...] = ()
     if config.static_checks:
         report = check_source(candidate.source)
-        if report.syntax_error:
-            return replace(base, status=Status.COMPILE_ERROR, reason=report.syntax_error, eval_s=time.perf_counter() - started)
-        if report.rejected:
-            return replace(base, status=Status.REJECTED, reason=report.reason, flags=report.flags,
+        if report.syntax_error or report.rejected:
+            if prepared is not None:
+                prepared.close()
+                shutil.rmtree(prepared.workdir.parent, ignore_errors=True)
+            status = Status.COMPILE_ERROR if report.syntax_error else Status.REJECTED
+            return replace(base, status=status, reason=report.reason, flags=report.flags,
                            eval_s=time.perf_counter() - started)
         static_flags = report.flags
     own_reference = reference is None
     reference = reference or ReferenceSession(problem, config)
-    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-"))
-    root.chmod(0o711)
-    cand_path, ref_path = root / "candidate" / "candidate.py", root / "candidate" / "reference.py"
-    cand_path.parent.mkdir(mode=0o700)
-    cand_path.write_text(candidate.source)
-    ref_path.write_text(problem.source)
-    ext_root = extensions_root or default_extensions_root()
-    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
-                      extensions_dir=ext_root / candidate.sha256[:16])
-    worker = WorkerProcess(spec, root / "candidate", "candidate")
+    worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
+    root = worker.workdir.parent
     run = _Run(problem, candidate, config, reference, worker, set(static_flags))
     result = base
     try:
         worker.wait_ready(config.load_timeout_s)
-        reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(ref_path),
-                             "candidate_path": str(cand_path), "init_seed": reference.init_seed},
+        reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
+                             "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": reference.init_seed},
                             config.build_timeout_s + config.load_timeout_s)
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
         result = replace(result, build_s=reply.get("build_s"))
         trials = _correctness(run)
-        result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel)
+        result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
+                         extra={"max_scaled_error": run.max_scaled})
         if config.timing:
             measured, extra = _timing(run)
             result = replace(result, speedup=measured.speedup, reference_ms=measured.reference_ms,
                              candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,
-                             extra=extra)
+                             extra=result.extra | extra)
     except Verdict as verdict:
         result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None,
                          **{k: v for k, v in verdict.extra.items() if k in ("max_abs_error", "max_rel_l2_error")})
@@ -312,6 +321,22 @@ def evaluate_candidate(
         if own_reference:
             reference.close()
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
+
+
+def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: EvalConfig,
+                             extensions_root: Path | None = None) -> WorkerProcess:
+    """Start a candidate's worker ahead of time: interpreter, torch and the CUDA context come up while
+    another candidate is being timed. Nothing of the candidate runs until its ``load`` command."""
+    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-"))
+    root.chmod(0o711)
+    work = root / "candidate"
+    work.mkdir(mode=0o700)
+    (work / "candidate.py").write_text(candidate.source)
+    (work / "reference.py").write_text(problem.source)
+    ext_root = extensions_root or default_extensions_root()
+    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
+                      extensions_dir=ext_root / candidate.sha256[:16])
+    return WorkerProcess(spec, work, "candidate")
 
 
 def device_name(device: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from cudal1.candidates import Candidate, Status
 from cudal1.pool import CandidatePool, PoolEntry
 from cudal1.problems import Problem
-from cudal1.prompts import Exemplar, build_prompt, render_response
+from cudal1.prompts import Exemplar, build_prompt, prompt_text, render_response
 from cudal1.training.settings import PromptSettings
 
 
@@ -43,6 +43,13 @@ def load_corpus(path: str | Path, stage: str = "corpus") -> list[PoolEntry]:
             out.append(PoolEntry(c.problem_id, c.candidate_id, c.sha256, c.source, c.origin, Status.OK.value,
                                  float(row["speedup"]), "", stage))
     return out
+
+
+def tokenizer_texts(problems: Sequence[Problem], corpus: Sequence[PoolEntry]) -> list[str]:
+    """What the tiny policy's tokenizer learns from: the references, the corpus programs, and the prompt
+    files once per problem (every prompt repeats them, so their lines deserve tokens of their own)."""
+    prompts = [prompt_text(name) for name in ("contrastive", "exemplar", "no_exemplars", "response")]
+    return [p.source for p in problems] + [e.source for e in corpus] + prompts * max(1, len(problems))
 
 
 def analysis_text(exemplars: Sequence[Exemplar], target_speedup: float | None) -> str:

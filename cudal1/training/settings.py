@@ -33,7 +33,7 @@ class PolicySettings:
     """``model: tiny`` builds the project's own policy; anything else is a hub id or a local path."""
 
     model: str = "tiny"
-    vocab_size: int = 2048
+    vocab_size: int = 4096
     hidden: int = 128
     layers: int = 2
     max_positions: int = 4096
