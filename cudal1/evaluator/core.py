@@ -6,6 +6,7 @@ this (parent) process. The candidate runs in a second worker that sees inputs, n
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import shutil
@@ -41,8 +42,28 @@ def _seed() -> int:
     return secrets.randbits(31)
 
 
-def _load(path: Path) -> Any:
-    data = torch.load(path, weights_only=True)  # never unpickle arbitrary objects from a worker
+def scratch_root() -> str | None:
+    """Worker directories live in /dev/shm when it has room: tensors cross between processes as files,
+    and on a disk-backed /tmp a 256 MB output costs seconds per trial."""
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 8 * 2**30:
+            return str(shm)
+    except OSError:
+        pass
+    return None
+
+
+def compare_device(config: EvalConfig) -> str:
+    """Where the parent compares outputs: on the evaluation GPU when there is one (float64 on a few
+    hundred MB takes seconds on a CPU core), else the CPU."""
+    if config.is_cuda and torch.cuda.is_available():
+        return config.device
+    return "cpu"
+
+
+def _load(path: Path, device: str = "cpu") -> Any:
+    data = torch.load(path, weights_only=True, map_location=device)  # never unpickle arbitrary objects
     path.unlink(missing_ok=True)
     return data
 
@@ -86,7 +107,7 @@ class ReferenceSession:
         self.problem = problem
         self.config = config
         self._own_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-")) if root is None else root
+        self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-", dir=scratch_root())) if root is None else root
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o711)  # a sandboxed worker may traverse to its own directory, not list others
         self.init_seed = _seed()
@@ -112,7 +133,7 @@ class ReferenceSession:
         reply = self.worker.call({"cmd": "reference", "seeds": seeds, "out_path": str(out)}, self.config.run_timeout_s)
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
-        return _load(out)
+        return _load(out, compare_device(self.config))
 
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
         spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
@@ -121,7 +142,7 @@ class ReferenceSession:
         wall = time.perf_counter() - t0
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
-        return reply, wall, _load(spot_path) if spot_path.exists() else {}
+        return reply, wall, _load(spot_path, compare_device(self.config)) if spot_path.exists() else {}
 
     def close(self) -> None:
         if hasattr(self, "worker"):
@@ -173,7 +194,7 @@ def _correctness(run: _Run) -> int:
                                  "reuse": k == 1}, cfg.run_timeout_s)
         _check_reply(reply, f"correctness trial {k + 1}")
         _check_integrity(reply, run.worker, run.flags)
-        payload = _load(out_path)
+        payload = _load(out_path, compare_device(cfg))
         changed = inputs_unchanged(record["inputs"], payload["inputs_after"])
         if changed:
             raise Verdict(Status.REJECTED, changed)
@@ -196,7 +217,7 @@ def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], flo
     wall = time.perf_counter() - t0
     _check_reply(reply, "timing")
     _check_integrity(reply, run.worker, run.flags)
-    return reply, wall, _load(spot_path) if spot_path.exists() else {}
+    return reply, wall, _load(spot_path, compare_device(run.config)) if spot_path.exists() else {}
 
 
 def _calibrate(run: _Run) -> int:
@@ -327,7 +348,7 @@ def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: Eva
                              extensions_root: Path | None = None) -> WorkerProcess:
     """Start a candidate's worker ahead of time: interpreter, torch and the CUDA context come up while
     another candidate is being timed. Nothing of the candidate runs until its ``load`` command."""
-    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-"))
+    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-", dir=scratch_root()))
     root.chmod(0o711)
     work = root / "candidate"
     work.mkdir(mode=0o700)

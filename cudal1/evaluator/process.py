@@ -117,6 +117,10 @@ class WorkerProcess:
         })
         if spec.extensions_dir is not None:
             spec.extensions_dir.mkdir(parents=True, exist_ok=True)
+            # A build killed at its timeout leaves torch's lock file behind, and every later build of the
+            # same source would wait on it forever. One worker owns a candidate's directory at a time.
+            for stale in spec.extensions_dir.glob("*/lock"):
+                stale.unlink(missing_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
         self._log = open(self.log_path, "wb")
         sandbox: dict[str, object] = {}

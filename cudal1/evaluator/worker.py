@@ -263,8 +263,8 @@ class Worker:
             structure, outputs = _flatten(out)
             records.append({
                 "seed": seed,
-                "inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in originals],
-                "outputs": [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs],
+                "inputs": originals,
+                "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs],
                 "structure": structure,
             })
         torch.save(records, msg["out_path"])
@@ -272,7 +272,7 @@ class Worker:
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One correctness trial on inputs chosen by the parent; optionally into last trial's buffers."""
-        loaded = torch.load(msg["inputs_path"], weights_only=True)
+        loaded = torch.load(msg["inputs_path"], weights_only=True, map_location=self.device)
         os.unlink(msg["inputs_path"])
         fresh = list(_to_device(loaded, self.device))
         if msg.get("reuse") and self.previous_inputs is not None and _same_layout(self.previous_inputs, fresh):
@@ -290,9 +290,8 @@ class Worker:
         structure, outputs = _flatten(out)
         problems = _inspect_outputs(outputs, inputs, self.device)
         payload = {
-            "outputs": [o.detach().to("cpu", copy=True) if isinstance(o, torch.Tensor) else o for o in outputs]
-            if not problems else [],
-            "inputs_after": [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in inputs],
+            "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs] if not problems else [],
+            "inputs_after": [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs],
         }
         torch.save(payload, msg["out_path"])
         return {"ok": True, "structure": structure, "problems": problems, "forward_ms": forward_ms}
@@ -331,7 +330,7 @@ class Worker:
                 problems = _inspect_outputs(outputs, inputs, self.device)
                 if problems:
                     return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": problems}
-                spots[str(i)] = [o.detach().to("cpu", copy=True) if isinstance(o, torch.Tensor) else o for o in outputs]
+                spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
             del out, inputs, outputs
         if msg.get("spot_path"):
             torch.save(spots, msg["spot_path"])

@@ -45,33 +45,37 @@ def load_corpus(path: str | Path, stage: str = "corpus") -> list[PoolEntry]:
     return out
 
 
-def tokenizer_texts(problems: Sequence[Problem], corpus: Sequence[PoolEntry]) -> list[str]:
-    """What the tiny policy's tokenizer learns from: the references, the corpus programs, and the prompt
-    files once per problem (every prompt repeats them, so their lines deserve tokens of their own)."""
-    prompts = [prompt_text(name) for name in ("contrastive", "exemplar", "no_exemplars", "response")]
-    return [p.source for p in problems] + [e.source for e in corpus] + prompts * max(1, len(problems))
+def tokenizer_texts(problems: Sequence[Problem], corpus: Sequence[PoolEntry], max_exemplars: int = 2) -> list[str]:
+    """What the tiny policy's tokenizer learns from: the references, the corpus programs, the prompt files
+    and every SFT analysis/design text, each fixed text once per problem (every prompt and response
+    repeats them, so their lines deserve tokens of their own)."""
+    fixed = [prompt_text(name) for name in ("contrastive", "exemplar", "no_exemplars", "response")]
+    fixed += [analysis_text(best) for best in range(max_exemplars + 1)]
+    fixed += sorted({design_text(e.origin) for e in corpus})
+    return [p.source for p in problems] + [e.source for e in corpus] + fixed * max(1, len(problems))
 
 
-def analysis_text(exemplars: Sequence[Exemplar], target_speedup: float | None) -> str:
-    """The five Performance Analysis answers, stated from measured numbers only."""
-    if exemplars:
-        best = max(range(len(exemplars)), key=lambda i: exemplars[i].speedup)
-        scores = ", ".join(f"{e.speedup:.2f}x" for e in exemplars)
-        faster = f"Implementation {best + 1} is fastest ({scores})."
-        limit = f"The best measured speedup is {exemplars[best].speedup:.2f}x."
-    else:
-        faster, limit = "No earlier implementation to compare.", "No measurement yet."
-    target = f"{target_speedup:.2f}x" if target_speedup is not None else "a faster program"
-    return (f"1. {faster}\n2. Build on the fastest approach.\n3. {limit}\n"
-            f"4. Approaches not shown above.\n5. The main computation; aim for {target}.")
+def fastest(exemplars: Sequence[Exemplar]) -> int:
+    """1-based index of the fastest exemplar, 0 when there are none."""
+    return 1 + max(range(len(exemplars)), key=lambda i: exemplars[i].speedup) if exemplars else 0
+
+
+def analysis_text(best: int) -> str:
+    """The five Performance Analysis answers, from what is known: which exemplar measured fastest.
+    Fixed wording on purpose: the tiny policy's tokenizer turns each line into one token."""
+    if not best:
+        return ("1. No earlier implementation to compare.\n2. Start from the reference.\n"
+                "3. Nothing measured yet.\n4. All of them.\n5. The main computation in forward.")
+    return (f"1. Implementation {best} is faster.\n2. The approach of Implementation {best}.\n"
+            "3. The measured speedups stay small.\n4. Fusion and custom kernels.\n5. The main computation in forward.")
 
 
 def design_text(origin: str) -> str:
     return f"Approach: {origin}."
 
 
-def response_for(program: str, origin: str, exemplars: Sequence[Exemplar], speedup: float | None) -> str:
-    return render_response(analysis_text(exemplars, speedup), design_text(origin), program)
+def response_for(program: str, origin: str, exemplars: Sequence[Exemplar]) -> str:
+    return render_response(analysis_text(fastest(exemplars)), design_text(origin), program)
 
 
 def contrastive_prompt(problem: Problem, pool: CandidatePool, rng: random.Random, settings: PromptSettings,
@@ -98,7 +102,7 @@ def sft_examples(problems: Mapping[str, Problem], corpus: Sequence[PoolEntry], s
             if problem is None:
                 continue
             prompt, exemplars = contrastive_prompt(problem, pool, rng, settings, exclude_sha=entry.sha256)
-            completion = response_for(entry.source, entry.origin, exemplars, entry.speedup)
+            completion = response_for(entry.source, entry.origin, exemplars)
             rows.append({"prompt": prompt, "completion": completion, "problem_id": entry.problem_id})
     return rows
 

@@ -55,6 +55,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int) -> Any:
         report_to="none",
         seed=settings.seed + epoch,
         disable_tqdm=True,
+        gradient_checkpointing=settings.gradient_checkpointing,
         **device_kwargs(),
     )
 

@@ -61,6 +61,7 @@ class FinetuneSettings:
     lora: bool = False  # full fine-tune by default: a tiny policy has no reason to be frozen
     lora_r: int = 16
     lora_alpha: int = 32
+    gradient_checkpointing: bool = False  # turn on for large policies (memory for time)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -111,6 +112,7 @@ class RLSettings:
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
+    gradient_checkpointing: bool = False
     seed: int = 0
     prompts: PromptSettings = PromptSettings()
 

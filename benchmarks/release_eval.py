@@ -1,0 +1,94 @@
+"""Re-measure a CUDA-L1 release file (../shared/cuda-l1/<gpu>.jsonl) under the full protocol.
+
+Runs on the GPU machine with torch and this package only (no polars, no Prefect):
+
+    PYTHONPATH=. python3 benchmarks/release_eval.py --release carry/h100.jsonl --devices cuda:0 \
+        --out $OUT/h100 [--limit N] [--baselines cuda_graph] [--tolerance 1e-2]
+
+Every row's released program is evaluated against the row's own reference (eager). Baselines are the
+template teacher's rewrites of the reference (``cuda_graph``, ``compile-default``,
+``compile-reduce-overhead``) evaluated against the same eager reference, so a speedup over a baseline
+is speedup_vs_eager(program) / speedup_vs_eager(baseline). One lenient run (CUDA-L1's 1e-2) records
+``max_scaled_error``, from which the verdict under the strict policy follows without a second run.
+Prints a summary and the wall time; writes results.jsonl (resumable) and summary.json under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal1.candidates import Candidate, load_evaluations  # noqa: E402
+from cudal1.evaluator.batch import evaluate_many  # noqa: E402
+from cudal1.evaluator.config import EvalConfig  # noqa: E402
+from cudal1.generation.templates import template_source  # noqa: E402
+from cudal1.problems import load_cudal1_release  # noqa: E402
+
+BASELINES = {"cuda_graph": ("cuda_graph", None), "compile-default": ("compile", "default"),
+             "compile-reduce-overhead": ("compile", "reduce-overhead")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--release", required=True, type=Path)
+    ap.add_argument("--devices", default="cuda:0")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--limit", type=int, default=0, help="first N rows with code (0: all)")
+    ap.add_argument("--rows", default="", help="comma-separated problem ids, e.g. L1-1,L2-5")
+    ap.add_argument("--baselines", default="", help=f"comma-separated from {sorted(BASELINES)}")
+    ap.add_argument("--tolerance", type=float, default=1e-2)
+    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--build-workers", type=int, default=0)
+    args = ap.parse_args()
+
+    rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
+    if args.rows:
+        wanted = set(args.rows.split(","))
+        rows = [r for r in rows if r.problem.problem_id in wanted]
+    if args.limit:
+        rows = rows[: args.limit]
+    problems = [r.problem for r in rows]
+    candidates = [Candidate(r.problem.problem_id, r.candidate_source or "", origin=f"cudal1-{r.gpu}") for r in rows]
+    for name in filter(None, args.baselines.split(",")):
+        variant, mode = BASELINES[name]
+        candidates += [Candidate(p.problem_id, template_source(p, variant, mode), origin=f"template:{name}")
+                       for p in problems]
+    config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.jsonl"
+    done = [0]
+    started = time.perf_counter()
+
+    def progress(e) -> None:
+        done[0] += 1
+        speed = "-" if e.speedup is None else f"{e.speedup:.2f}x"
+        print(f"[{done[0]}/{len(candidates)} {time.perf_counter() - started:6.1f}s] {e.problem_id:7s} "
+              f"{e.status.value:13s} {speed:>8s} {e.reason[:90]}", flush=True)
+
+    evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
+                  progress=progress, build_workers=args.build_workers or None)
+    wall = time.perf_counter() - started
+    results = load_evaluations(results_path)
+    mine = [e for e in results if e.config_hash == config.hash]
+    statuses = Counter(e.status.value for e in mine)
+    speedups = [e.speedup for e in mine if e.speedup is not None]
+    summary = {
+        "rows": len(rows), "evaluations": len(mine), "wall_s": round(wall, 1),
+        "per_evaluation_s": round(wall / max(len(candidates), 1), 2), "statuses": dict(statuses),
+        "median_speedup": statistics.median(speedups) if speedups else None,
+        "config": config.to_dict(), "cpu_count": os.cpu_count(),
+    }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, default=str))
+
+
+if __name__ == "__main__":
+    main()
