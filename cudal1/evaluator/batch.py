@@ -91,10 +91,10 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
                        reason=f"re-measurement on {other} failed: {second.reason}", speedup=None)
     gap = abs(first.speedup - second.speedup) / first.speedup
     extra = first.extra | {"recheck_device": other, "recheck_speedup": second.speedup}
-    if gap > config.recheck_tolerance:
+    if gap > config.recheck_limit:
         return replace(first, status=Status.REJECTED, speedup=None, extra=extra,
                        reason=f"speedup {first.speedup:.2f}x not reproduced: {second.speedup:.2f}x on {other} "
-                              f"({gap:.0%} apart, limit {config.recheck_tolerance:.0%})")
+                              f"({gap:.0%} apart, limit {config.recheck_limit:.0%})")
     keep = min((first, second), key=lambda e: e.speedup or 0.0)  # the conservative of the two
     return replace(keep, extra=extra, flags=tuple(sorted(set(first.flags) | set(second.flags) | {"rechecked"})))
 

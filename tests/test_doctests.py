@@ -1,0 +1,19 @@
+"""Doctests of the core's pure functions (reward functions carry theirs, per TRL's habit)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["cudal1.evaluator.timing", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name: str) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{name}: {result.failed} doctest(s) failed"
+    if name in ("cudal1.evaluator.timing", "cudal1.training.rewards"):
+        assert result.attempted > 0, f"{name} should carry doctests"

@@ -1,0 +1,180 @@
+"""Pure unit tests of the evaluator's parts: static checks, comparisons, statistics, config, records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
+from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.static import check_source
+from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing, relative_spread
+
+HEAD = "import torch\nimport torch.nn as nn\n"
+BODY = "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+
+
+def codes(source: str) -> set[str]:
+    return {f.code for f in check_source(source).rejected}
+
+
+@pytest.mark.parametrize(
+    ("snippet", "code"),
+    [
+        ("import threading\n", "banned_import"),
+        ("from concurrent.futures import ThreadPoolExecutor\n", "banned_import"),
+        ("import subprocess\n", "banned_import"),
+        ("import gc\n", "banned_import"),
+        ("torch.allclose = lambda *a, **k: True\n", "monkeypatch"),
+        ("torch.cuda.Event.elapsed_time = lambda *a: 0.0\n", "monkeypatch"),
+        ("import time\ntime.perf_counter = lambda: 0.0\n", "monkeypatch"),
+        ("setattr(torch, 'equal', lambda *a: True)\n", "monkeypatch"),
+        ("f = getattr(torch, 'all' + 'close')\n", "monkeypatch"),
+        ("x = __import__('o' + 's')\n", "banned_call"),
+        ("data = open('/tmp/answer').read()\n", "banned_call"),
+        ("import os\nos._exit(0)\n", "banned_call"),
+        ("import sys\nf = sys._getframe(1)\n", "introspection"),
+        ("import sys\nm = sys.modules\n", "introspection"),
+        ("class Lazy(torch.Tensor):\n    pass\n", "tensor_subclass"),
+        ("torch.set_num_threads(8)\n", "global_state"),
+        ("torch.save({}, 'x.pt')\n", "file_io"),
+        ("s = torch.cuda.Stream()\n", "unjoined_stream"),
+        ("src = 'attr.accessPolicyWindow.num_bytes = n;'\n", "native_code"),
+        ("src = 'std::thread t(work);'\n", "native_code"),
+        ("import time\ntime.sleep(1)\n", "banned_call"),
+    ],
+)
+def test_static_rejects_cheating_patterns(snippet: str, code: str) -> None:
+    assert code in codes(HEAD + snippet + BODY)
+
+
+def test_static_accepts_legitimate_candidates_with_flags() -> None:
+    source = HEAD + (
+        "import os\nimport time\nfrom torch.utils.cpp_extension import load_inline\n"
+        "torch.backends.cudnn.benchmark = True\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "os.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n"
+        "s = torch.cuda.Stream()\n"
+        "def f(x):\n    torch.cuda.current_stream().wait_stream(s)\n    t = time.perf_counter()\n    return x\n"
+    ) + BODY
+    report = check_source(source)
+    assert report.rejected == []
+    assert {"cudnn_benchmark", "precision_flags", "side_streams", "reads_clock"} <= set(report.flags)
+
+
+def test_static_syntax_error_and_missing_class() -> None:
+    assert check_source("def broken(:\n").syntax_error.startswith("SyntaxError")
+    assert codes(HEAD + "class Model(nn.Module):\n    pass\n") == {"no_model_new"}
+
+
+def test_compare_tolerance_by_dtype_and_scale_aware_check() -> None:
+    cfg = EvalConfig()
+    ref = torch.randn(64, 64)
+    assert compare_outputs([ref], [ref + 1e-6], cfg).ok
+    assert not compare_outputs([ref], [ref + 1e-3], cfg).ok  # fp32 atol 1e-4
+    assert compare_outputs([ref.half()], [(ref + 1e-3).half()], cfg).ok  # fp16 1e-2
+    small = torch.softmax(torch.rand(8, 4096), dim=1)  # every value < 1e-3
+    loose = EvalConfig(tolerance=1e-2)
+    zeros = torch.zeros_like(small)
+    assert torch.allclose(zeros, small, atol=1e-2, rtol=1e-2)  # a plain allclose is fooled...
+    result = compare_outputs([small], [zeros], loose)
+    assert not result.ok and "scale-aware" in result.reason  # ...the scale-aware check is not
+    assert result.max_rel_l2_error == pytest.approx(1.0)
+
+
+def test_compare_structure_shape_dtype_nan() -> None:
+    cfg = EvalConfig()
+    ref = torch.ones(4)
+    assert "shape" in compare_outputs([ref], [torch.ones(5)], cfg).reason
+    assert "dtype" in compare_outputs([ref], [torch.ones(4, dtype=torch.float64)], cfg).reason
+    assert "NaN" in compare_outputs([ref], [torch.tensor([1.0, float("nan"), 1.0, 1.0])], cfg).reason
+    assert "outputs" in compare_outputs([ref], [ref, ref], cfg).reason
+    nan_ref = torch.tensor([1.0, float("nan")])
+    assert compare_outputs([nan_ref], [nan_ref.clone()], cfg).ok
+
+
+def test_max_scaled_error_predicts_any_tolerance() -> None:
+    ref = torch.randn(1000, dtype=torch.float64)
+    out = ref + 3e-3 * torch.randn(1000, dtype=torch.float64)
+    lenient = compare_outputs([ref], [out], EvalConfig(tolerance=1e-1, rel_l2_tolerance=1.0))
+    for tol in (1e-4, 1e-3, 1e-2, 5e-2):
+        strict = compare_outputs([ref], [out], EvalConfig(tolerance=tol, rel_l2_tolerance=1.0))
+        assert strict.ok == (lenient.max_scaled_error <= tol)
+
+
+def test_inputs_unchanged_and_outputs_equal() -> None:
+    x = torch.randn(3)
+    assert inputs_unchanged([x, 2], [x.clone(), 2]) == ""
+    y = x.clone()
+    y[0] += 1
+    assert "modified in place" in inputs_unchanged([x], [y])
+    assert outputs_equal([x], [x.clone()]) and not outputs_equal([x], [y])
+
+
+def _print(t: torch.Tensor, seed: int = 0) -> list[list[float]]:
+    from cudal1.evaluator.worker import _fingerprint
+
+    return _fingerprint([t], seed)
+
+
+def test_fingerprints_pass_close_outputs_and_catch_garbage() -> None:
+    cfg = EvalConfig()
+    ref = torch.randn(256, 256)
+    assert compare_fingerprints(_print(ref), _print(ref + 1e-6), ["float32"], cfg) == ""
+    assert compare_fingerprints(_print(ref), _print(torch.zeros_like(ref)), ["float32"], cfg) != ""
+    shuffled = ref.flatten()[torch.randperm(ref.numel())].reshape(ref.shape)  # same sum, same sum|x|
+    assert "weighted sum" in compare_fingerprints(_print(ref), _print(shuffled), ["float32"], cfg)
+
+
+def test_relative_spread_and_measurement() -> None:
+    assert relative_spread([1.0, 1.0, 1.0]) == 0.0
+    assert relative_spread([1.0, 1.0, 1.1, 0.9, 5.0]) == pytest.approx(0.1)  # one outlier each side dropped
+    pairs = [TrialPair([2.0, 2.0], [1.0, 1.0], 0.01, 0.005) for _ in range(3)]
+    m = Measurement.from_pairs(pairs)
+    assert m.speedup == 2.0 and m.reference_ms == 2.0 and m.candidate_ms == 1.0 and m.spread == 0.0
+
+
+def test_forged_timing_needs_a_large_consistent_claim() -> None:
+    honest = [TrialPair([10.0] * 4, [5.0] * 4, 0.100 + 0.002 * i, 0.080 + 0.001 * i) for i in range(5)]
+    assert forged_timing(honest, slack=0.25) == ""
+    # claims 39 ms saved a trial, the parent saw both batches take the same time
+    forged = [TrialPair([10.0] * 4, [0.25] * 4, 0.100 + 0.001 * i, 0.100) for i in range(5)]
+    assert "does not add up" in forged_timing(forged, slack=0.25)
+    slower = [TrialPair([1.0] * 4, [2.0] * 4, 0.01, 0.05) for _ in range(5)]
+    assert forged_timing(slower, slack=0.25) == ""
+
+
+def test_config_validation_and_hash() -> None:
+    assert EvalConfig().hash == EvalConfig().hash
+    assert EvalConfig().hash != EvalConfig(tolerance=1e-2).hash
+    assert EvalConfig().hash == EvalConfig(run_timeout_s=5).hash  # bounds do not change a measurement
+    with pytest.raises(ValueError, match="device"):
+        EvalConfig(device="tpu")
+    with pytest.raises(ValueError, match="tolerance"):
+        EvalConfig(tolerance=2.0)
+    with pytest.raises(ValueError, match="min_iters"):
+        EvalConfig(min_iters=10, max_iters=5)
+    assert EvalConfig(tolerance=1e-2).tolerance_for("float32") == (1e-2, 1e-2)
+    assert EvalConfig().tolerance_for("bfloat16") == (1e-2, 1e-2)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_evaluation_records_round_trip(tmp_path, suffix: str) -> None:
+    e = Evaluation("p", "c", Status.OK, speedup=1.5, reference_ms=3.0, candidate_ms=2.0, flags=("noisy",),
+                   extra={"iters_per_trial": 7})
+    bad = Evaluation("p", "d", Status.TIMEOUT, reason="run exceeded 5 s")
+    path = tmp_path / f"r{suffix}"
+    save_evaluations([e, bad], path)
+    back = load_evaluations(path)
+    assert back == [e, bad]
+    assert back[1].speedup is None and not back[1].ok
+    assert math.isclose(back[0].speedup or 0, 1.5)
+
+
+def test_candidate_id_is_content_hash() -> None:
+    a, b = Candidate("p", "x = 1\n"), Candidate("p", "x = 2\n")
+    assert a.candidate_id != b.candidate_id and len(a.candidate_id) == 16
+    assert Candidate("q", "x = 1\n").sha256 == a.sha256
