@@ -44,7 +44,7 @@ class EvalConfig:
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
-    wallclock_slack: float = 0.25
+    wallclock_slack: float = 0.5
     # CUDA-L1's safeguard: a speedup above this is measured again in fresh processes (on another device
     # when the batch has one) and rejected if the two disagree by more than recheck_tolerance.
     recheck_above: float | None = 3.0

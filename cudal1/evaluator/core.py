@@ -323,11 +323,15 @@ def evaluate_candidate(
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
         result = replace(result, build_s=reply.get("build_s"))
+        phase = time.perf_counter()
         trials = _correctness(run)
         result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
-                         extra={"max_scaled_error": run.max_scaled})
+                         extra={"max_scaled_error": run.max_scaled,
+                                "load_s": round(phase - started, 3), "correctness_s": round(time.perf_counter() - phase, 3)})
         if config.timing:
+            phase = time.perf_counter()
             measured, extra = _timing(run)
+            extra["timing_s"] = round(time.perf_counter() - phase, 3)
             result = replace(result, speedup=measured.speedup, reference_ms=measured.reference_ms,
                              candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,
                              extra=result.extra | extra)

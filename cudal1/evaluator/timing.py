@@ -68,8 +68,8 @@ def wallclock_discrepancy(pairs: list[TrialPair]) -> tuple[float, float]:
 
 def forged_timing(pairs: list[TrialPair], slack: float) -> str:
     """A reason when the workers' clocks claim a saving the parent's clock did not see: the per-trial
-    excess (claimed - observed) must be both large (over ``slack`` of the reference's time) and
-    consistent (over three standard errors), so scheduling noise on a busy machine does not trip it;
+    excess (claimed - observed) must be both large (over ``slack`` of the reference's time plus 5 ms)
+    and consistent (over four standard errors), so scheduling noise on a busy machine does not trip it;
     only a claim to be faster is examined, since forging is only ever done in that direction."""
     claimed, observed = wallclock_discrepancy(pairs)
     if claimed <= 0 or len(pairs) < 2:
@@ -79,7 +79,7 @@ def forged_timing(pairs: list[TrialPair], slack: float) -> str:
     mean = statistics.fmean(excess)
     stderr = statistics.stdev(excess) / len(excess) ** 0.5
     reference_per_trial = statistics.fmean(sum(p.reference_ms) for p in pairs)
-    if mean > max(slack * reference_per_trial, 3 * stderr) + 2.0:
+    if mean > max(slack * reference_per_trial, 4 * stderr) + 5.0:
         return (f"timing does not add up: the candidate's clock claims {claimed:.1f} ms saved over "
                 f"{len(pairs)} trials, the harness's wall clock saw {observed:.1f} ms")
     return ""
