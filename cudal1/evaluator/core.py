@@ -6,6 +6,7 @@ this (parent) process. The candidate runs in a second worker that sees inputs, n
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import secrets
@@ -264,17 +265,18 @@ def _trial(run: _Run, iters: int) -> TrialPair:
 def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
     cfg = run.config
     iters = _calibrate(run)
-    best: Measurement | None = None
+    attempts: list[Measurement] = []
     all_pairs: list[TrialPair] = []
     for _attempt in range(cfg.remeasure + 1):
         pairs = [_trial(run, iters) for _ in range(cfg.timing_trials)]
         all_pairs += pairs
-        measured = Measurement.from_pairs(pairs)
-        if best is None or measured.spread < best.spread:
-            best = measured
-        if measured.spread <= cfg.max_spread:
+        attempts.append(Measurement.from_pairs(pairs))
+        if attempts[-1].spread <= cfg.max_spread:
             break
-    assert best is not None
+    best = attempts[-1]
+    if best.spread > cfg.max_spread:
+        # Still noisy: report the attempt closest to no change, never the luckiest one.
+        best = min(attempts, key=lambda m: abs(math.log(max(m.speedup, 1e-9))))
     forged = forged_timing(all_pairs, cfg.wallclock_slack)
     if forged:
         raise Verdict(Status.REJECTED, forged)

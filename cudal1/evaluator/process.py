@@ -154,11 +154,18 @@ class WorkerProcess:
 
     def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.wait_ready()
+        nonce = secrets.token_hex(8)
         try:
-            os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
+            os.write(self._cmd_w, (json.dumps(msg | {"nonce": nonce}) + "\n").encode())
         except BrokenPipeError:
             raise self._death(msg["cmd"]) from None
-        return self._read_reply(timeout_s, msg["cmd"])
+        reply = self._read_reply(timeout_s, msg["cmd"])
+        # A reply must answer this command and come alone: anything else was written by someone else.
+        if reply.get("nonce") != nonce or self._buffer.strip():
+            self.kill()
+            raise WorkerFailure("rejected", f"{msg['cmd']}: a reply that the harness did not write arrived on its "
+                                "private pipe (forged protocol message)")
+        return reply
 
     def _read_reply(self, timeout_s: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
