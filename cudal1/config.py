@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cudal1.evaluator.config import EvalConfig
+from cudal1.training.params import ContrastiveRLParams, PolicyParams, SelfSupervisedParams, SFTParams
 
 
 class ParamsError(ValueError):
@@ -133,6 +134,11 @@ SECTIONS: dict[str, type] = {
     "augment": AugmentParams,
     "evaluate": EvaluateParams,
     "report": ReportParams,
+    # The learning stages: their sections extend the core settings (cudal1/training/params.py).
+    "policy": PolicyParams,
+    "sft": SFTParams,
+    "self_supervised": SelfSupervisedParams,
+    "contrastive_rl": ContrastiveRLParams,
 }
 
 

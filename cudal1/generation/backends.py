@@ -40,7 +40,11 @@ class TransformersBackend:
             torch.manual_seed(self.seed)  # same model, prompts and seed -> same samples
         # Left padding: new tokens follow each prompt's last real token in a batch.
         self.tokenizer.padding_side = "left"
-        sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        greedy = temperature <= 0
+        # Greedy decoding is deterministic: decode once per prompt and repeat the answer n times.
+        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature,
+                                                        "top_k": 0, "top_p": 1.0}
+        per_prompt = 1 if greedy else n
         was_training = self.model.training
         self.model.eval()
         out: list[list[str]] = []
@@ -50,12 +54,12 @@ class TransformersBackend:
                 enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
                 with torch.no_grad():
                     ids = self.model.generate(
-                        **enc, max_new_tokens=max_new_tokens, num_return_sequences=n,
+                        **enc, max_new_tokens=max_new_tokens, num_return_sequences=per_prompt,
                         pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
-                        top_k=0, top_p=1.0, **sampling,
+                        **sampling,
                     )
                 texts = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-                out += [texts[i * n:(i + 1) * n] for i in range(len(batch))]
+                out += [texts[i * per_prompt:(i + 1) * per_prompt] * (n // per_prompt) for i in range(len(batch))]
         finally:
             self.model.train(was_training)
         return out

@@ -70,7 +70,7 @@ def build_prompt(problem: Problem, gpu: bool) -> str:
 def extract_program(text: str) -> str | None:
     """The program inside a completion: the last complete fenced block defining ``ModelNew``.
 
-    >>> extract_program("Sure.\\n```python\\nclass ModelNew: pass\\n```\\n")
+    >>> extract_program("Sure.\\n```python\\nclass ModelNew: pass\\n```\\n").strip()
     'class ModelNew: pass'
     >>> extract_program("no code") is None
     True
@@ -111,8 +111,10 @@ class OpenAITeacher:
     def origin(self) -> str:
         return f"teacher:{self.params.name}"
 
-    def check(self, timeout_s: float = 10.0) -> None:
-        """Fail fast, before any work, when the endpoint is down or does not serve the model."""
+    def check(self, timeout_s: float = 10.0) -> str:
+        """Fail fast, before any work, when the endpoint is down or refuses the key. Returns a warning
+        (or '') when the endpoint lists models but not ours: some servers (`transformers serve`) load
+        any local path on request without listing it, so that alone does not stop the run."""
         import openai
 
         try:
@@ -128,15 +130,14 @@ class OpenAITeacher:
                     f"{self.where}.api_key_env: {self.params.base_url} refused the key ({exc.status_code}); "
                     "export a valid key in the variable named by api_key_env"
                 ) from exc
-            return  # some servers do not list models; sampling will tell
+            return ""  # some servers do not list models; sampling will tell
         if models and self.params.model not in models:
-            raise TeacherUnavailable(
-                f"{self.where}.model: {self.params.base_url} does not serve {self.params.model!r}; "
-                f"it serves {', '.join(models[:10])}. Correct `model`."
-            )
+            return (f"{self.where}.model: {self.params.base_url} does not list {self.params.model!r} "
+                    f"(it lists {', '.join(models[:10])}); if sampling fails, correct `model`")
+        return ""
 
     def sample(self, problem: Problem, gpu: bool = False) -> Completion:
-        """One completion for ``problem`` (raises the client's errors; see ``is_io_error``)."""
+        """One completion for ``problem``; the client's errors propagate (the caller retries I/O ones)."""
         prompt = build_prompt(problem, gpu)
         p = self.params
         if p.api == "chat":

@@ -1,0 +1,185 @@
+"""The whole DAG as one flow: check every params section, ask DVC what is stale, run ``dvc repro``.
+
+DVC decides what runs (a stage re-runs only when its code, params keys or inputs changed), so a new
+stage in dvc.yaml needs no change here. The stages run as ``dvc repro`` subprocesses that report to
+this flow's Prefect API and log MLflow runs nested under this flow's MLflow run.
+
+    python -m flows.pipeline [STAGE ...] [--force] [--repo DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from cudal1.config import SECTIONS, AugmentParams, load_params
+from flows._common import USER_ERRORS
+from tasks.tracking import PARENT_RUN_ENV, stage_run
+
+
+def check_params(params_path: str) -> list[str]:
+    """Load every section this code knows, so a mistake stops the run before DVC deletes any output
+    (and a misspelt key, which DVC does not track, is not silently ignored)."""
+    import yaml
+
+    from cudal1.config import ParamsError
+
+    if not Path(params_path).is_file():
+        raise ParamsError(f"{params_path}: no params file; run from the repository root or pass --repo DIR")
+    present = yaml.safe_load(Path(params_path).read_text()) or {}
+    checked = [name for name in SECTIONS if name in present]
+    for name in checked:
+        load_params(params_path, name)
+    return checked
+
+
+@task(cache_policy=NO_CACHE)
+def check_params_task(params_path: str) -> list[str]:
+    return check_params(params_path)
+
+
+@task(cache_policy=NO_CACHE)
+def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
+    """Stages whose code, params or data changed (`dvc status`), plus everything downstream of them,
+    which re-runs as soon as their inputs change. With ``force``: every stage of the targets."""
+    import networkx as nx
+    from dvc.repo import Repo
+
+    with Repo(root) as repo, repo.lock:
+        graph = repo.index.graph
+        wanted = {s for t in (targets or [None]) for s in repo.stage.collect(t, with_deps=True)}
+        changed = wanted if force else {s for s in wanted if s.changed()}
+        names = set()
+        for stage in changed:
+            names |= {s.addressing for s in nx.dfs_postorder_nodes(graph.reverse(), stage) if s in wanted}
+    return sorted(names)
+
+
+@task(cache_policy=NO_CACHE)
+def check_teachers_task(params_path: str) -> int:
+    from cudal1.generation.teachers import OpenAITeacher
+
+    params: AugmentParams = load_params(params_path, "augment")
+    for i, teacher in enumerate(params.teachers):
+        warning = OpenAITeacher(teacher, f"augment.teachers[{i}]").check()
+        if warning:
+            get_run_logger().warning(warning)
+    return len(params.teachers)
+
+
+def _child_env(parent_run_id: str) -> dict[str, str]:
+    """The stages reuse this flow's Prefect API (no second temporary server), nest their MLflow runs
+    under ours, and find this interpreter's `python` and `dvc` first on PATH."""
+    from prefect.client.orchestration import get_client
+
+    env = dict(os.environ)
+    with get_client(sync_client=True) as client:
+        env["PREFECT_API_URL"] = str(client.api_url).rstrip("/")
+    env[PARENT_RUN_ENV] = parent_run_id
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+# A line the stage's own Prefect logger printed: that flow run already sent it to the API.
+_PREFECT_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| ")
+
+
+@task(cache_policy=NO_CACHE)
+def dvc_repro_task(root: str, targets: list[str], force: bool, env: dict[str, str]) -> None:
+    """``dvc repro``. A terminal sees the stages' own output and progress bars; otherwise (a worker,
+    CI) the output is passed through and DVC's own lines also go to this flow's log (the stages' log
+    lines reach the API from their own flow runs). No retries: a failed stage fails the same way again."""
+    logger = get_run_logger()
+    cmd = [sys.executable, "-m", "dvc", "repro", *targets, *(["--force"] if force else [])]
+    logger.info("$ " + " ".join(cmd[2:]))
+    if sys.stdout.isatty():
+        code, tail = subprocess.run(cmd, cwd=root, env=env).returncode, "(see the output above)"
+    else:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: deque[str] = deque(maxlen=30)
+        for line in proc.stdout or ():
+            print(line, end="", flush=True)
+            lines.append(line.rstrip())
+            if line.strip() and not _PREFECT_LINE.match(line):
+                logger.info(line.rstrip())
+        code, tail = proc.wait(), "\n".join(lines)
+    if code != 0:
+        raise RuntimeError(f"dvc repro failed (exit {code}); nothing after the failed stage ran, and outputs of "
+                           f"earlier stages are kept (restore any with `dvc checkout`). Last output:\n{tail}")
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    what = " ".join(p.get("targets") or []) or "all stages"
+    return f"pipeline: dvc repro {what}{' --force' if p.get('force') else ''}"
+
+
+@flow(name="pipeline", flow_run_name=_run_name)
+def pipeline_flow(repo: str = ".", targets: list[str] | None = None, force: bool = False) -> list[str]:
+    root = Path(repo).resolve()
+    params_path = str(root / "params.yaml")
+    targets = list(targets or [])
+    logger = get_run_logger()
+    sections = check_params_task(params_path)
+    logger.info(f"params.yaml: sections {', '.join(sections)} are valid")
+    stages = stages_to_run_task(str(root), targets, force)
+    if not stages:
+        logger.info("DVC: every stage is up to date; nothing to run")
+        return []
+    logger.info(f"DVC will run: {', '.join(stages)}")
+    if "augment" in stages:
+        check_teachers_task(params_path)
+    params = {"targets": targets or ["all"], "force": force, "stages": stages}
+    with stage_run("pipeline", params, root, run_name=_run_name()) as run:
+        dvc_repro_task(str(root), targets, force, _child_env(run.run_id))
+        metrics = root / "reports" / "metrics.json"
+        if metrics.is_file():
+            run.log_metrics(json.loads(metrics.read_text()))
+        run.log_artifacts([root / "dvc.lock", root / "params.yaml", root / "reports" / "report.md"])
+    return stages
+
+
+def _up_to_date(repo: str, targets: list[str]) -> bool:
+    from dvc.repo import Repo
+
+    try:
+        with Repo(repo) as dvc_repo:
+            return not dvc_repo.status(targets or None)
+    except Exception:  # no dvc.lock yet, a broken dvc.yaml...: let the flow run and report it
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("targets", nargs="*", help="stages to reproduce (default: all)")
+    parser.add_argument("--force", action="store_true", help="re-run the stages even when nothing changed")
+    parser.add_argument("--repo", default=".", help="repository root holding dvc.yaml and params.yaml")
+    args = parser.parse_args()
+    try:
+        check_params(str(Path(args.repo) / "params.yaml"))
+        if not args.force and _up_to_date(args.repo, args.targets):
+            # Starting Prefect costs more than the answer: a no-op `make run` returns in seconds.
+            print("DVC: every stage is up to date; nothing to run (use --force to run anyway)")
+            return
+        pipeline_flow(repo=args.repo, targets=args.targets, force=args.force)
+    except USER_ERRORS as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except RuntimeError as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

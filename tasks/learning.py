@@ -1,0 +1,201 @@
+"""Prefect tasks of the learning stages (policy, sft, self_supervised, contrastive_rl): short wrappers over
+``cudal1.training``, plus MLflow logging of step series (``tasks.tracking`` logs single values)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.retry import io_only
+from tasks.tracking import flatten, tracking_uri
+
+POINTER = "policy.json"  # a policy stage that names a hub id or an outside folder writes only this
+
+
+def resolve(root: str | Path, path: str) -> str:
+    """A params path against the repository root (absolute paths stay as they are)."""
+    return str(Path(root) / path)
+
+
+def policy_source(path: str | Path) -> str:
+    """The folder (or hub id) to load a policy from: ``path`` itself, or what its pointer file names."""
+    pointer = Path(path) / POINTER
+    if pointer.exists() and not (Path(path) / "config.json").exists():
+        return json.loads(pointer.read_text())["model"]
+    return str(path)
+
+
+class SeriesBuffer:
+    """A ``MetricSink`` that keeps (step, metrics) pairs in memory: a training step must not wait for a
+    tracking server, so series are logged in one batch when a trainer finishes."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def __call__(self, metrics: dict[str, float], step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def drain(self) -> list[tuple[int, dict[str, float]]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+def log_series(run_id: str, rows: Sequence[tuple[int, Mapping[str, Any]]], repo_root: str) -> None:
+    """Metrics with their step, so MLflow draws curves (loss per step, reward per epoch)."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    now = int(time.time() * 1000)
+    values = [Metric(k, float(v), now, int(step)) for step, metrics in rows for k, v in flatten(metrics).items()
+              if isinstance(v, int | float) and not isinstance(v, bool)]
+    client = MlflowClient(tracking_uri=tracking_uri(repo_root))
+    for start in range(0, len(values), 1000):  # the store's batch limit
+        client.log_batch(run_id, metrics=values[start:start + 1000])
+
+
+@task(retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=io_only, cache_policy=NO_CACHE)
+def log_series_task(run_id: str, rows: list[tuple[int, dict[str, float]]], repo_root: str) -> None:
+    log_series(run_id, rows, repo_root)
+
+
+def write_plot_csv(rows: Sequence[Mapping[str, Any]], path: str | Path, columns: Sequence[str]) -> None:
+    """DVC plot data: one row per step/round/epoch, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+@task(cache_policy=NO_CACHE)
+def read_corpus_task(path: str) -> list:
+    from cudal1.training.data import load_corpus
+
+    return load_corpus(path)
+
+
+@task(cache_policy=NO_CACHE)
+def build_policy_task(params: Any, problems: list, corpus: list, out_dir: str) -> dict[str, Any]:
+    """The tiny policy, built here; or a pointer to the model the params name (weights are not copied)."""
+    if not params.is_tiny:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / POINTER).write_text(json.dumps({"model": params.model}) + "\n")
+        return {"model": params.model}
+    from cudal1.generation.tiny_policy import build_tiny_policy
+    from cudal1.training.data import tokenizer_texts
+
+    build_tiny_policy(Path(out_dir), tokenizer_texts(problems, corpus), vocab_size=params.vocab_size,
+                      hidden=params.hidden, layers=params.layers, max_positions=params.max_positions, seed=params.seed)
+    return json.loads((Path(out_dir) / "tiny_policy.json").read_text())
+
+
+@task(cache_policy=NO_CACHE)
+def sft_task(params: Any, problems: list, corpus: list, policy: str, out_dir: str,
+             sink: SeriesBuffer) -> dict[str, Any]:
+    from cudal1.training.data import fit_length, sft_examples
+    from cudal1.training.finetune import finetune, load_policy, save_policy
+
+    model, tokenizer = load_policy(policy_source(policy))
+    rows = sft_examples({p.problem_id: p for p in problems}, corpus, params.prompts, params.seed, params.copies)
+    rows, dropped = fit_length(rows, tokenizer, params.max_length)
+    with tempfile.TemporaryDirectory(prefix="cudal1-sft-") as work:  # the trainer's scratch folder
+        model, summary = finetune(model, tokenizer, rows, params, work, sink=sink)
+    save_policy(model, tokenizer, out_dir)
+    return summary | {"dropped_too_long": dropped}
+
+
+@task(cache_policy=NO_CACHE)
+def self_supervised_task(params: Any, problems: list, corpus: list, policy: str, out_dir: str, data_dir: str,
+                         pool_cache: str, sink: SeriesBuffer) -> list[dict[str, Any]]:
+    from cudal1.pool import CandidatePool
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.finetune import load_policy, save_policy
+    from cudal1.training.self_supervised import run_self_supervised
+
+    model, tokenizer = load_policy(policy_source(policy))
+    pool, cache = CandidatePool(corpus), CandidatePool.load(pool_cache)
+    data = Path(data_dir)
+
+    def on_round(r: int, model: Any, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        import polars as pl
+
+        data.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame(samples, infer_schema_length=None).write_parquet(data / f"samples-round-{r}.parquet")
+        save_policy(model, tokenizer, Path(out_dir) / "rounds" / f"round-{r}")
+
+    with tempfile.TemporaryDirectory(prefix="cudal1-ssl-") as work:
+        model, summaries = run_self_supervised(
+            model, tokenizer, {p.problem_id: p for p in problems}, pool,
+            evaluator_fn(params.protocol, params.devices), params, work, pool_path=data / "pool.parquet",
+            sink=sink, on_round=on_round, cache=cache, cache_path=pool_cache)
+    pool.save(data / "pool.parquet")
+    save_policy(model, tokenizer, out_dir)
+    return summaries
+
+
+def run_key(params: Any, policy: str, pool: str) -> str:
+    """What an RL run's checkpoints depend on: its settings (not paths or devices), the starting policy's
+    files and the starting pool. A rerun with the same key resumes; anything else starts afresh."""
+    import dataclasses
+    import hashlib
+
+    skip = {"problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir", "plots"}
+    settings = {k: v for k, v in dataclasses.asdict(params).items() if k not in skip}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    source = Path(policy_source(policy))
+    files = sorted(source.glob("*")) if source.is_dir() else []
+    for path in files + ([Path(pool)] if Path(pool).is_file() else []):
+        if path.is_file():
+            digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+    if not files:
+        digest.update(str(source).encode())  # a hub id: its name is all we know
+    return digest.hexdigest()[:16]
+
+
+@task(cache_policy=NO_CACHE)
+def contrastive_rl_task(params: Any, problems: list, policy: str, start_pool: str, out_dir: str, data_dir: str,
+                        work_dir: str, pool_cache: str, run_id: str, repo_root: str) -> list[dict[str, float]]:
+    """All epochs, resuming from ``work_dir/<run key>``; epoch metrics and TRL's step logs go to MLflow
+    as each epoch ends."""
+    import shutil
+
+    from cudal1.candidates import Candidate, candidates_to_parquet
+    from cudal1.pool import CandidatePool
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.finetune import load_policy, save_policy
+    from cudal1.training.rl import run_contrastive_rl
+
+    work = Path(work_dir) / run_key(params, policy, start_pool)
+    work.mkdir(parents=True, exist_ok=True)
+    pool = CandidatePool.load(work / "pool.parquet" if (work / "pool.parquet").exists() else start_pool)
+    model, tokenizer = load_policy(policy_source(policy))
+    sink = SeriesBuffer()
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        log_series(run_id, sink.drain() + [(epoch, {f"epoch_{k}": v for k, v in metrics.items()})], repo_root)
+
+    model, epochs = run_contrastive_rl(
+        model, tokenizer, {p.problem_id: p for p in problems}, pool, evaluator_fn(params.protocol, params.devices),
+        params, work, pool_path=work / "pool.parquet", sink=sink, on_epoch=on_epoch,
+        load_model=lambda path: load_policy(path)[0], cache=CandidatePool.load(pool_cache), cache_path=pool_cache)
+    save_policy(model, tokenizer, out_dir)
+    data = Path(data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(work / "pool.parquet", data / "pool.parquet")
+    # The RL candidates as a candidate table, so the `evaluate` stage can measure them with its protocol.
+    mine = [Candidate(e.problem_id, e.source, e.origin, e.candidate_id) for e in pool.entries()
+            if e.origin == "contrastive_rl"]
+    candidates_to_parquet(mine, data / "candidates.parquet")
+    return epochs

@@ -1,0 +1,74 @@
+"""Shared fixtures for the pipeline tests: a real local Prefect server, copies of the repository with
+reduced params, and helpers to run the flows as the user does (``python -m flows.<name>``).
+
+Everything is real: the Prefect server is ``prefect server start``, the stages run through ``dvc repro``,
+MLflow writes its SQLite store inside each copy, and the evaluator measures on this CPU. The server is
+started once per session; each copy of the repository is its own git + DVC project.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline_helpers import (
+    REDUCED,
+    VENV_BIN,
+    copy_repo,
+    edit_params,
+    free_port,
+    run_pipeline,
+    stop,
+    wait_http,
+)
+
+
+@pytest.fixture(scope="session")
+def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("prefect-home")
+
+
+@pytest.fixture(scope="session")
+def prefect_server(prefect_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real local Prefect server on a free loopback port, for the whole session."""
+    port = free_port()
+    env = os.environ | {"PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = (tmp_path_factory.mktemp("logs") / "prefect-server.log").open("w")
+    proc = subprocess.Popen([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/health", 120, proc)
+        yield f"http://127.0.0.1:{port}/api"
+    finally:
+        stop(proc)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def run_env(prefect_server: str, prefect_home: Path) -> dict[str, str]:
+    """The environment of every command the tests run: our server, no telemetry, this venv first."""
+    env = dict(os.environ)
+    for key in ("MLFLOW_TRACKING_URI", "CUDAL1_MLFLOW_PARENT_RUN_ID"):
+        env.pop(key, None)
+    return env | {
+        "PREFECT_API_URL": prefect_server, "PREFECT_HOME": str(prefect_home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def pipeline_repo(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -> dict[str, Any]:
+    """A copy of the repository with the reduced params, after one full `python -m flows.pipeline`."""
+    repo = copy_repo(tmp_path_factory.mktemp("pipeline-repo"))
+    edit_params(repo, REDUCED)
+    started = time.monotonic()
+    result = run_pipeline(repo, run_env)
+    return {"repo": repo, "result": result, "seconds": time.monotonic() - started}
