@@ -40,7 +40,8 @@ class EvalConfig:
     max_iters: int = 200
     max_spread: float = 0.15  # trimmed (max-min)/median of per-trial speedups; above: measure again
     remeasure: int = 2  # extra measurements allowed for a noisy result before it is flagged "noisy"
-    spot_checks_per_trial: int = 1  # outputs compared to the reference inside the timed loop
+    spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
+    spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.

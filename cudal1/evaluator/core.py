@@ -231,11 +231,11 @@ def _calibrate(run: _Run) -> int:
     return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
 
 
-def _trial(run: _Run, iters: int) -> TrialPair:
+def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     """One paired trial: both programs get the same fresh seeds (one per call, never reused) and the
     same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
     cfg = run.config
-    spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters)))
+    spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters))) if spot_check else []
     msg = {"cmd": "time", "warmup_seeds": [_seed()], "seeds": [_seed() for _ in range(iters)], "spot": spot}
     if _rng.random() < 0.5:
         ref, ref_wall, ref_spots = run.reference.time(msg)
@@ -268,7 +268,8 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
     attempts: list[Measurement] = []
     all_pairs: list[TrialPair] = []
     for _attempt in range(cfg.remeasure + 1):
-        pairs = [_trial(run, iters) for _ in range(cfg.timing_trials)]
+        checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
+        pairs = [_trial(run, iters, k in checked) for k in range(cfg.timing_trials)]
         all_pairs += pairs
         attempts.append(Measurement.from_pairs(pairs))
         if attempts[-1].spread <= cfg.max_spread:
