@@ -129,11 +129,61 @@ class ReportParams:
     title: str = "cudal1 report"
 
 
+@dataclass(frozen=True)
+class PoolParams:
+    """One GPU kind of the cross-GPU table: a Prefect work pool with the evaluate flow deployed on it
+    (``evaluate/<name>`` in prefect.yaml) and workers on hosts that have that GPU."""
+
+    name: str  # the work pool, e.g. gpu-h100
+    gpu_kind: str  # the table's row label and the MLflow tag `gpu`, e.g. H100
+    devices: tuple[str, ...] | str = ("cuda:0",)  # devices on the worker's host; "cuda:0,cuda:1" works too
+    env: dict[str, str] = field(default_factory=dict)  # job_variables.env of the flow run (CUDA_VISIBLE_DEVICES...)
+    deployment: str = ""  # default: evaluate/<name>
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, str):
+            object.__setattr__(self, "devices", tuple(d.strip() for d in self.devices.split(",") if d.strip()))
+        if not self.devices:
+            raise ValueError(f"pool {self.name!r}: devices is empty; give e.g. cuda:0")
+        if not self.deployment:
+            object.__setattr__(self, "deployment", f"evaluate/{self.name}")
+
+
+def _default_pools() -> tuple[PoolParams, ...]:
+    kinds = {"gpu-a100": "A100", "gpu-h100": "H100", "gpu-l40": "L40", "gpu-rtx3090": "RTX3090", "gpu-h20": "H20"}
+    return tuple(PoolParams(name, kind) for name, kind in kinds.items())
+
+
+@dataclass(frozen=True)
+class CrossGpuParams:
+    """The cross-GPU table: one candidate set evaluated on every pool (flows/cross_gpu.py)."""
+
+    pools: tuple[PoolParams, ...] = field(default_factory=_default_pools)
+    problems: str = "data/problems/problems.parquet"
+    candidates: str = "data/augment/candidates.parquet"  # the evaluate stage's input; or the augment corpus
+    # Inputs, per-pool params files and results: a folder every worker host reads and writes (NFS...).
+    storage: str = "data/cross_gpu"
+    protocol: EvalConfig = field(default_factory=EvalConfig)
+    wait_timeout_s: float = 600.0  # how long a flow run may wait for a worker to pick it up
+    run_timeout_s: float | None = None  # how long a picked-up run may take (None: no limit)
+    poll_s: float = 5.0
+    out_dir: str = "reports/cross_gpu"
+    threshold: float = 1.01
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        if self.wait_timeout_s <= 0 or self.poll_s <= 0:
+            raise ValueError("wait_timeout_s and poll_s must be positive")
+
+
 SECTIONS: dict[str, type] = {
     "problems": ProblemsParams,
     "augment": AugmentParams,
     "evaluate": EvaluateParams,
     "report": ReportParams,
+    "cross_gpu": CrossGpuParams,
     # The learning stages: their sections extend the core settings (cudal1/training/params.py).
     "policy": PolicyParams,
     "sft": SFTParams,
@@ -277,7 +327,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 
 
 # Keys that hold file or folder paths, per section class: resolved against the params file's folder.
-_PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache")
+_PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache",
+              "storage")
 
 
 def _resolve_paths(params: Any, root: Path) -> Any:

@@ -1,0 +1,125 @@
+"""Cross-GPU evaluation: one candidate set measured on every GPU kind, the table of CUDA-L1's cross-GPU
+results (mean, max, 75/50/25th percentile, successes per GPU).
+
+Each pool in ``cross_gpu.pools`` is a Prefect work pool with the evaluate flow deployed on it
+(``evaluate/<pool>`` in prefect.yaml) and a worker on a host with that GPU. This flow writes the inputs
+to ``cross_gpu.storage`` (a path every host reads and writes), starts every pool's deployment, waits,
+gathers each pool's results from the storage and writes ``reports/cross_gpu/cross_gpu.{md,csv,json}``
+plus one MLflow run per GPU (tag ``gpu``) under a parent run. A pool no worker serves is cancelled
+after ``wait_timeout_s`` and reported as timed out; the other pools' results still land.
+
+With no Prefect server configured (no ``PREFECT_API_URL``) it evaluates locally on the devices present.
+Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [--local]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger
+
+from cudal1.config import CrossGpuParams, load_params, params_dict
+from cudal1.cross_gpu import PoolResult, storage_key, table_rows, write_tables
+from flows._common import USER_ERRORS, repo_root, run_name
+from tasks.cross_gpu import (
+    gather_task,
+    log_gpu_run_task,
+    stage_inputs_task,
+    submit_pool_task,
+    wait_for_runs_task,
+)
+from tasks.evaluation import evaluate_candidates
+from tasks.io import read_candidates_task, read_problems_task
+from tasks.tracking import stage_run
+
+Mode = Literal["auto", "pools", "local"]
+
+
+def _describe(p: CrossGpuParams) -> str:
+    return f"{Path(p.candidates).name} on {', '.join(pool.gpu_kind for pool in p.pools)}"
+
+
+def server_configured() -> bool:
+    """True when PREFECT_API_URL points at a server (a temporary local server does not count)."""
+    from prefect.settings import get_current_settings
+
+    return bool(get_current_settings().api.url)
+
+
+def local_devices() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+
+
+def evaluate_locally(problems, candidates, params: CrossGpuParams, folder: Path) -> list[PoolResult]:
+    """The no-server fallback: every device present, one row labelled with the hardware's name."""
+    from cudal1.evaluator.core import device_name
+
+    devices = local_devices()
+    evaluations = evaluate_candidates(problems, candidates, params.protocol, devices,
+                                      str(folder / "local" / "measurements.parquet"), label="cross_gpu (local)")
+    kind = device_name(devices[0])
+    return [PoolResult("local", kind, "completed", f"evaluated locally on {', '.join(devices)} (no Prefect server)",
+                       tuple(evaluations))]
+
+
+@flow(name="cross_gpu", flow_run_name=run_name("cross_gpu", _describe))
+def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto") -> list[dict[str, Any]]:
+    params: CrossGpuParams = load_params(params_path, "cross_gpu")
+    logger = get_run_logger()
+    local = mode == "local" or (mode == "auto" and not server_configured())
+    root = repo_root(params_path)
+    with stage_run("cross_gpu", params_dict(params), root, run_name="cross_gpu") as run:
+        problems = read_problems_task(params.problems)
+        candidates = read_candidates_task(params.candidates)
+        key = storage_key(problems, candidates, params.protocol)
+        folder = Path(params.storage) / key
+        logger.info(f"{len(candidates)} candidates for {len(problems)} problems; storage {folder}")
+        if local:
+            logger.info("no Prefect server configured (PREFECT_API_URL): evaluating locally")
+            results = evaluate_locally(problems, candidates, params, folder)
+        else:
+            pools = list(params.pools)
+            paths = stage_inputs_task(problems, candidates, params.protocol, pools, str(folder))
+            submitted = [submit_pool_task(pool, paths[pool.name], key, run.run_id) for pool in pools]
+            outcome = wait_for_runs_task(submitted, params.wait_timeout_s, params.run_timeout_s, params.poll_s)
+            results = gather_task(str(folder), pools, outcome, params.protocol, candidates)
+        rows = table_rows(results, problems, params.threshold)
+        title = f"Cross-GPU: {Path(params.candidates).name}, {len(problems)} problems"
+        written = write_tables(rows, params.out_dir, title, params.threshold)
+        run.log_artifacts([str(p) for p in written.values()])
+        run.log_metrics({"pools": len(rows), "completed": sum(r["status"] == "completed" for r in rows)})
+        for row in rows:
+            log_gpu_run_task(run.run_id, row, [str(written["json"])], run.repo_root)
+        for row in rows:
+            logger.info(f"{row['gpu']}: {row['status']}, success {row['success']}/{row['total']}, mean {row['mean']}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml", help="params file (default: ./params.yaml)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--local", action="store_const", const="local", dest="mode",
+                       help="evaluate here on the devices present, even with a server configured")
+    group.add_argument("--pools", action="store_const", const="pools", dest="mode",
+                       help="use the pools; fail if no server is configured")
+    args = parser.parse_args()
+    mode = args.mode or "auto"
+    if mode == "pools" and not server_configured():
+        print("\nerror: --pools needs a Prefect server: export PREFECT_API_URL=http://HOST:4200/api", file=sys.stderr)
+        sys.exit(2)
+    try:
+        cross_gpu_flow(params_path=args.params, mode=mode)
+    except USER_ERRORS as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
