@@ -277,6 +277,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name):
             name = node.func.id
+            if name == "type" and len(node.args) == 3:
+                self.reject(node, "tensor_subclass", "creates a class at run time with type(name, bases, dict)")
             if name in BANNED_CALLS and name not in self.aliases:
                 self.reject(node, "banned_call", f"calls {name}(): {BANNED_CALLS[name]}")
             if name in ("setattr", "delattr", "getattr") and node.args:
@@ -307,6 +309,9 @@ def check_source(source: str, filename: str = "<candidate>") -> StaticReport:
     visitor.visit(tree)
     if not visitor.has_model_new:
         report.findings.append(Finding("reject", "no_model_new", "defines no class ModelNew"))
+    if re.search(r"__torch_(function|dispatch)__", source):
+        report.findings.append(Finding("reject", "tensor_subclass", "mentions __torch_function__/__torch_dispatch__ "
+                                       "(intercepting tensor operations)"))
     for pattern, message in TEXT_REJECT.items():
         match = re.search(pattern, source)
         if match:

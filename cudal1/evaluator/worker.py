@@ -353,6 +353,12 @@ class Worker:
                 ms.append((t1 - t0) * 1e3)
             host_ms.append((t1 - t0) * 1e3)
             _, outputs = _flatten(out)
+            # Every call, before anything touches the output: a plain tensor, or a lazy object whose
+            # work would run inside the fingerprint, after the clock stopped.
+            fake = [type(o).__name__ for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
+            if fake:
+                return {"ok": True, "ms": ms, "host_ms": host_ms,
+                        "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
             prints.append(_fingerprint(outputs, seed))
             if i in spot:
                 problems = _inspect_outputs(outputs, inputs, self.device)
