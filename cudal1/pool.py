@@ -32,7 +32,8 @@ class PoolEntry:
     status: str  # a cudal1.candidates.Status value, or "malformed" when nothing could be evaluated
     speedup: float | None = None
     reason: str = ""
-    stage: str = ""  # which stage added it: "corpus", "rl-epoch-2"...
+    stage: str = ""  # which stage added it: "corpus", "contrastive_rl"...
+    exemplar: bool = True  # may be shown in prompts (see CandidatePool.admits)
 
     @property
     def ok(self) -> bool:
@@ -43,13 +44,15 @@ class PoolEntry:
         return (self.problem_id, self.sha256)
 
     @classmethod
-    def from_evaluation(cls, candidate: Candidate, evaluation: Evaluation, stage: str = "") -> PoolEntry:
+    def from_evaluation(cls, candidate: Candidate, evaluation: Evaluation, stage: str = "",
+                        exemplar: bool = True) -> PoolEntry:
         return cls(candidate.problem_id, candidate.candidate_id, candidate.sha256, candidate.source,
-                   candidate.origin, evaluation.status.value, evaluation.speedup, evaluation.reason, stage)
+                   candidate.origin, evaluation.status.value, evaluation.speedup, evaluation.reason, stage, exemplar)
 
 
 _SCHEMA = {"problem_id": "String", "candidate_id": "String", "sha256": "String", "source": "String",
-           "origin": "String", "status": "String", "speedup": "Float64", "reason": "String", "stage": "String"}
+           "origin": "String", "status": "String", "speedup": "Float64", "reason": "String", "stage": "String",
+           "exemplar": "Boolean"}
 
 
 def bucket_of(speedup: float, width: float) -> int:
@@ -109,13 +112,30 @@ class CandidatePool:
     def successes(self, problem_id: str) -> list[PoolEntry]:
         return [e for e in self.entries(problem_id) if e.ok]
 
+    def exemplars(self, problem_id: str) -> list[PoolEntry]:
+        """The correct candidates prompts may show."""
+        return [e for e in self.entries(problem_id) if e.ok and e.exemplar]
+
+    def admits(self, problem_id: str, speedup: float | None, rule: str) -> bool:
+        """Whether a new correct candidate becomes an exemplar. ``all``: every correct one (the paper's
+        database). ``improving``: only one faster than every exemplar of its problem so far, so later
+        prompts contrast better programs without filling up with the policy's own near-copies (which,
+        measured on the tiny policy, made each RL epoch's prompts harder than the last's)."""
+        if speedup is None:
+            return False
+        if rule == "all":
+            return True
+        if rule != "improving":
+            raise ValueError(f"exemplar admission {rule!r}: use 'all' or 'improving'")
+        return speedup > max((e.speedup for e in self.exemplars(problem_id)), default=0.0)  # type: ignore[type-var]
+
     def sample_exemplars(
         self, problem_id: str, rng: random.Random, n: int = 2, width: float = 0.25, temperature: float = 0.5,
     ) -> list[Exemplar]:
         """N exemplars from N different buckets (fewer buckets: the rest drawn uniformly among the remaining
         correct candidates, so a prompt still contrasts two programs when it can). Ordered by speedup,
         slowest first, so the prompt reads as a progression."""
-        ok = sorted(self.successes(problem_id), key=lambda e: e.sha256)  # a stable order for the rng
+        ok = sorted(self.exemplars(problem_id), key=lambda e: e.sha256)  # a stable order for the rng
         probs = bucket_probabilities(ok, width, temperature)
         members: dict[int, list[PoolEntry]] = defaultdict(list)
         for e in ok:

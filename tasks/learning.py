@@ -15,23 +15,14 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cudal1.training.finetune import POINTER, policy_source
 from tasks.retry import io_only
 from tasks.tracking import flatten, tracking_uri
-
-POINTER = "policy.json"  # a policy stage that names a hub id or an outside folder writes only this
 
 
 def resolve(root: str | Path, path: str) -> str:
     """A params path against the repository root (absolute paths stay as they are)."""
     return str(Path(root) / path)
-
-
-def policy_source(path: str | Path) -> str:
-    """The folder (or hub id) to load a policy from: ``path`` itself, or what its pointer file names."""
-    pointer = Path(path) / POINTER
-    if pointer.exists() and not (Path(path) / "config.json").exists():
-        return json.loads(pointer.read_text())["model"]
-    return str(path)
 
 
 class SeriesBuffer:
@@ -146,12 +137,14 @@ def self_supervised_task(params: Any, problems: list, corpus: list, policy: str,
 
 
 def run_key(params: Any, policy: str, pool: str) -> str:
-    """What an RL run's checkpoints depend on: its settings (not paths or devices), the starting policy's
-    files and the starting pool. A rerun with the same key resumes; anything else starts afresh."""
+    """What an RL run's checkpoints depend on: its settings (not paths, devices or the epoch count), the
+    starting policy's files and the starting pool. A rerun with the same key resumes (more epochs extend
+    the run); anything else starts afresh."""
     import dataclasses
     import hashlib
 
-    skip = {"problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir", "plots"}
+    skip = {"epochs", "problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir",
+            "plots"}
     settings = {k: v for k, v in dataclasses.asdict(params).items() if k not in skip}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     source = Path(policy_source(policy))

@@ -70,7 +70,7 @@ def parse_response(text: str) -> ParsedResponse:
     >>> r = parse_response("## Performance Analysis\\nx\\n## Algorithm Design\\ny\\n"
     ...                    "## Code Implementation\\n```python\\nclass ModelNew: pass\\n```\\n")
     >>> r.ok, r.errors, r.code
-    (True, (), 'class ModelNew: pass')
+    (True, (), 'class ModelNew: pass\\n')
     >>> parse_response("no code here").errors[-1]
     'no fenced code block'
     """
@@ -99,7 +99,9 @@ def parse_response(text: str) -> ParsedResponse:
         return ParsedResponse(None, sections, tuple(errors), fatal=True)
     if len(blocks) > 1:
         errors.append(f"{len(blocks)} code blocks; the last one is used")
-    code = blocks[-1]
+    # One trailing newline, as in a file: the same program parsed from two responses hashes the same,
+    # and matches the corpus programs it copies (the pool caches by source hash).
+    code = blocks[-1].strip("\n") + "\n"
     if unclosed:
         # A later block was cut off: the earlier complete one is not the final program either.
         return ParsedResponse(None, sections, tuple(errors), fatal=True)

@@ -26,6 +26,19 @@ def device_kwargs() -> dict[str, Any]:
     return {"use_cpu": True, "bf16": False} if on_cpu() else {}
 
 
+POINTER = "policy.json"  # a policy stage that names a hub id or an outside folder writes only this
+
+
+def policy_source(path: str | Path) -> str:
+    """The folder (or hub id) to load a policy from: ``path`` itself, or what its pointer file names."""
+    import json
+
+    pointer = Path(path) / POINTER
+    if pointer.exists() and not (Path(path) / "config.json").exists():
+        return json.loads(pointer.read_text())["model"]
+    return str(path)
+
+
 def load_policy(path: str | Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

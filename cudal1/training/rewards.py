@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,10 @@ class SpeedupReward:
         clip: float = 1.5,
         failure_reward: float = -2.0,
         pool_path: str | Path | None = None,
+        cache: CandidatePool | None = None,
+        cache_path: str | Path | None = None,
         stage: str = "rl",
+        admit: str = "all",
     ) -> None:
         if clip <= 0:
             raise ValueError(f"clip={clip}: must be positive (the paper uses k = 1.5)")
@@ -134,7 +137,11 @@ class SpeedupReward:
         self.problems, self.evaluate, self.pool = dict(problems), evaluate, pool
         self.clip, self.failure_reward = clip, failure_reward
         self.pool_path = Path(pool_path) if pool_path is not None else None
-        self.stage = stage
+        # ``cache``: measurements from earlier runs under the same protocol. A hit joins the pool without
+        # an evaluation; the pool itself holds what this run has seen (its exemplars come from it).
+        self.cache = cache
+        self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.stage, self.admit = stage, admit
         self.evaluated = 0  # evaluator calls made by this object (the cache's counterpart)
         self.history: list[RewardRecord] = []
 
@@ -170,16 +177,27 @@ class SpeedupReward:
             candidates.append(Candidate(pid, p.code, origin=self.stage) if p.ok else None)
         todo: dict[tuple[str, str], Candidate] = {}
         for c in candidates:
-            if c is not None and (c.problem_id, c.sha256) not in self.pool:
-                todo.setdefault((c.problem_id, c.sha256), c)
+            key = (c.problem_id, c.sha256) if c is not None else None
+            if c is None or key in self.pool:
+                continue
+            known = self.cache.get(*key) if self.cache is not None else None
+            if known is not None:
+                self.pool.add(replace(known, exemplar=self.pool.admits(c.problem_id, known.speedup, self.admit)))
+            else:
+                todo.setdefault(key, c)
         if todo:
             batch = list(todo.values())
             evaluations = self.evaluate([self.problems[c.problem_id] for c in batch], batch)
             self.evaluated += len(batch)
             for c, ev in zip(batch, evaluations, strict=True):
-                self.pool.add(PoolEntry.from_evaluation(c, ev, self.stage))
-            if self.pool_path is not None:
-                self.pool.save(self.pool_path)  # after every batch: a crash loses no evaluation
+                entry = PoolEntry.from_evaluation(c, ev, self.stage)
+                self.pool.add(replace(entry, exemplar=self.pool.admits(c.problem_id, ev.speedup, self.admit)))
+                if self.cache is not None:
+                    self.cache.add(entry)
+            if self.cache is not None and self.cache_path is not None:
+                self.cache.save(self.cache_path)
+        if self.pool_path is not None:
+            self.pool.save(self.pool_path)  # after every batch: a crash loses no evaluation
         return [None if c is None else self.pool.get(c.problem_id, c.sha256) for c in candidates], set(todo)
 
 

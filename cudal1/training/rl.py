@@ -2,9 +2,9 @@
 
 Each epoch builds a fresh prompt set from the candidate pool as it stands (so prompts contrast the best
 programs found so far), then runs one GRPOTrainer pass over it. The reward evaluates every completion and
-adds it to the pool. Trainers are rebuilt per epoch because the prompts change; the model carries over
-(the optimizer state does not: Adam moments of a 3-step epoch are worth little, and starting clean keeps a
-resumed epoch identical to an uninterrupted one).
+adds it to the pool. Trainers are rebuilt per epoch because the prompts change; the model and (for a full
+fine-tune) the optimizer carry over. The optimizer state is not checkpointed: a resumed run starts with a
+fresh one.
 
 Resuming: ``state.json`` in the output folder lists finished epochs and their metrics; the policy of the
 last finished epoch is in ``policy/``. The pool is the evaluation cache, so a restarted epoch evaluates
@@ -35,13 +35,32 @@ def epoch_prompts(problems: Mapping[str, Problem], pool: CandidatePool, settings
             for pid in sorted(problems) for _ in range(settings.prompts_per_problem)]
 
 
-def grpo_config(settings: RLSettings, out_dir: Path, epoch: int) -> Any:
+def step_shape(n_prompts: int, settings: RLSettings) -> tuple[int, int]:
+    """(prompts per optimisation step, steps per generation batch) for an epoch of ``n_prompts`` prompts:
+    TRL's batches hold whole groups and must divide the epoch, or trailing prompts are dropped.
+
+    >>> step_shape(15, RLSettings(prompts_per_step=4))
+    (3, 5)
+    >>> step_shape(15, RLSettings(prompts_per_step=5, steps_per_generation=1))
+    (5, 1)
+    """
+    per_step = max(d for d in range(1, min(settings.prompts_per_step, n_prompts) + 1) if n_prompts % d == 0)
+    steps = n_prompts // per_step
+    if settings.steps_per_generation is not None:
+        steps = max(d for d in range(1, min(settings.steps_per_generation, steps) + 1) if steps % d == 0)
+    return per_step, steps
+
+
+def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int) -> Any:
     from trl import GRPOConfig
 
+    per_step, steps_per_generation = step_shape(n_prompts, settings)
     return GRPOConfig(
         output_dir=str(out_dir / "trainer"),
         num_train_epochs=1,
-        per_device_train_batch_size=settings.batch_size,
+        per_device_train_batch_size=per_step * settings.num_generations,
+        steps_per_generation=steps_per_generation,
+        shuffle_dataset=False,  # the epoch's prompts are already drawn at random from the pool
         num_generations=settings.num_generations,
         max_completion_length=settings.max_new_tokens,
         temperature=settings.temperature,
@@ -49,6 +68,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int) -> Any:
         learning_rate=settings.learning_rate,
         lr_scheduler_type="constant",  # one short trainer per epoch: a decaying schedule would restart each time
         beta=settings.beta,
+        num_iterations=settings.iterations,
         use_vllm=False,  # TRL's colocated vLLM fails on CPU (STACK-NOTES); on GPU set it through the flow
         logging_steps=1,
         save_strategy="no",
@@ -58,6 +78,13 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int) -> Any:
         gradient_checkpointing=settings.gradient_checkpointing,
         **device_kwargs(),
     )
+
+
+def _adamw(model: Any, learning_rate: float) -> Any:
+    import torch
+
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                             weight_decay=0.0)
 
 
 def load_state(out_dir: Path) -> dict[str, Any]:
@@ -78,6 +105,8 @@ def run_contrastive_rl(
     sink: MetricSink | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     load_model: Callable[[Path], Any] | None = None,
+    cache: CandidatePool | None = None,
+    cache_path: str | Path | None = None,
 ) -> tuple[Any, list[dict[str, float]]]:
     """Run the epochs not finished yet in ``out_dir``. Returns the policy and every epoch's metrics.
     ``load_model(path)`` reloads the last finished epoch's policy when resuming."""
@@ -90,7 +119,8 @@ def run_contrastive_rl(
     if done and load_model is not None and (out_dir / "policy").exists():
         model = load_model(out_dir / "policy")
     reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
-                           pool_path=pool_path, stage="contrastive_rl")
+                           pool_path=pool_path, cache=cache, cache_path=cache_path, stage="contrastive_rl",
+                           admit=settings.prompts.admit)
     funcs: list[Any] = [reward]
     weights = [1.0]
     if settings.format_weight:
@@ -98,15 +128,21 @@ def run_contrastive_rl(
         weights.append(settings.format_weight)
     steps = sum(int(e.get("steps", 0)) for e in state["epochs"])
     peft = lora_config(settings.lora_r, settings.lora_alpha) if settings.lora else None
+    # One optimizer for all epochs of a full fine-tune: a fresh Adam every epoch takes its first steps at
+    # full size in every coordinate (the second-moment estimate is still empty), which on small noisy
+    # GRPO batches moved the tiny policy in random directions and lost a third of its success rate.
+    optimizer = None if peft is not None else _adamw(model, settings.learning_rate)
     for epoch in range(done, settings.epochs):
         start, evaluated_before = len(reward.history), reward.evaluated
         t0 = time.perf_counter()
-        args = grpo_config(settings, out_dir, epoch)
+        rows = epoch_prompts(problems, pool, settings, epoch)
+        args = grpo_config(settings, out_dir, epoch, len(rows))
         args.reward_weights = weights if len(weights) > 1 else None
         trainer = GRPOTrainer(
             model=model, reward_funcs=funcs, args=args, processing_class=tokenizer,
-            train_dataset=Dataset.from_list(epoch_prompts(problems, pool, settings, epoch)),
+            train_dataset=Dataset.from_list(rows),
             peft_config=peft, callbacks=[make_step_callback(sink, "rl_", steps)],
+            optimizers=(optimizer, None),
         )
         trainer.train()
         model = trainer.model

@@ -42,6 +42,8 @@ def self_supervised_round(
     work_dir: str | Path,
     *,
     pool_path: str | Path | None = None,
+    cache: CandidatePool | None = None,
+    cache_path: str | Path | None = None,
     sink: MetricSink | None = None,
     step_offset: int = 0,
 ) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
@@ -49,7 +51,8 @@ def self_supervised_round(
     (problem_id, completion, status, speedup) for the stage's data output."""
     samples = sample_candidates(backend, problems, pool, settings.sampling, settings,
                                 seed=settings.finetune.seed + 1000 * round_index)
-    judge = SpeedupReward(problems, evaluate, pool, pool_path=pool_path, stage=f"self_supervised-{round_index}")
+    judge = SpeedupReward(problems, evaluate, pool, pool_path=pool_path, cache=cache, cache_path=cache_path,
+                          stage=f"self_supervised-{round_index}", admit=settings.prompts.admit)
     judge([s["completion"] for s in samples], prompts=[s["prompt"] for s in samples],
           problem_id=[s["problem_id"] for s in samples])
     for row, record in zip(samples, judge.history, strict=True):
@@ -65,7 +68,16 @@ def self_supervised_round(
         "generated_tokens": tokens,
         "evaluated": judge.evaluated,
     }
-    rows, dropped = fit_length(correct, tokenizer, settings.finetune.max_length)
+    # Training prompts are drawn again from the pool, which now holds this round's programs too: the
+    # policy then learns on prompts like those of the next round and of RL, whose exemplars are its own
+    # programs. A correct program is a correct answer whatever exemplars its prompt shows. Measured on
+    # the tiny policy: with only corpus exemplars in training, RL prompts drawn from the grown pool
+    # halved its success rate with the weights unchanged.
+    rng = random.Random(settings.finetune.seed * 7919 + round_index)
+    redrawn = [{"problem_id": s["problem_id"], "completion": s["completion"],
+                "prompt": contrastive_prompt(problems[s["problem_id"]], pool, rng, settings.prompts)[0]}
+               for s in correct for _ in range(settings.copies)]
+    rows, dropped = fit_length(redrawn, tokenizer, settings.finetune.max_length)
     summary["dropped_too_long"] = dropped
     if rows:  # nothing correct: the policy stays as it is for this round
         model, fit = finetune(model, tokenizer, rows, settings.finetune, Path(work_dir) / f"round-{round_index}",
@@ -84,6 +96,8 @@ def run_self_supervised(
     work_dir: str | Path,
     *,
     pool_path: str | Path | None = None,
+    cache: CandidatePool | None = None,
+    cache_path: str | Path | None = None,
     sink: MetricSink | None = None,
     on_round: Any = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
@@ -99,7 +113,7 @@ def run_self_supervised(
                                       seed=settings.finetune.seed + r)
         model, summary, samples = self_supervised_round(
             model, tokenizer, backend, problems, pool, evaluate, settings, r, work_dir,
-            pool_path=pool_path, sink=sink, step_offset=step)
+            pool_path=pool_path, cache=cache, cache_path=cache_path, sink=sink, step_offset=step)
         step += int(summary.get("finetune_steps", 0))
         summaries.append(summary)
         if sink is not None:

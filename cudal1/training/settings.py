@@ -21,9 +21,14 @@ class PromptSettings:
     exemplars: int = 2  # N: exemplars per prompt, from different buckets
     bucket_width: float = 0.1  # Δs: score bucket width, in speedup units
     temperature: float = 0.5  # τ: softmax temperature over bucket-mean speedups
+    # Which new correct candidates may become exemplars: "all" (the paper's database) or "improving" (only
+    # those faster than every exemplar of their problem so far). See CandidatePool.admits.
+    admit: str = "all"
 
     def __post_init__(self) -> None:
         _positive(self, "bucket_width", "temperature")
+        if self.admit not in ("all", "improving"):
+            raise ValueError(f"prompts.admit={self.admit!r}: use 'all' or 'improving'")
         if self.exemplars < 0:
             raise ValueError(f"exemplars={self.exemplars}: use 0 (no exemplars) or more")
 
@@ -84,6 +89,7 @@ class SamplingSettings:
 @dataclass(frozen=True)
 class SelfSupervisedSettings:
     rounds: int = 1
+    copies: int = 2  # each correct sample is trained on this often, each time under a freshly drawn prompt
     sampling: SamplingSettings = SamplingSettings()
     finetune: FinetuneSettings = FinetuneSettings(epochs=2.0, learning_rate=5e-4)
     prompts: PromptSettings = PromptSettings()
@@ -91,6 +97,8 @@ class SelfSupervisedSettings:
     def __post_init__(self) -> None:
         if self.rounds < 0:
             raise ValueError(f"self_supervised.rounds={self.rounds}: use 0 (skip) or more")
+        if self.copies < 1:
+            raise ValueError(f"self_supervised.copies={self.copies}: use 1 or more")
 
 
 @dataclass(frozen=True)
@@ -101,10 +109,16 @@ class RLSettings:
     epochs: int = 3
     prompts_per_problem: int = 1
     num_generations: int = 4  # G: completions per prompt (the normalisation group)
-    batch_size: int = 8  # completions per optimisation step; must divide by num_generations
+    # Prompts per optimisation step (G completions each). Lowered to a divisor of the epoch's prompt count
+    # so that no prompt is dropped.
+    prompts_per_step: int = 5
+    # Optimisation steps served by one generation batch; None: the whole epoch is generated (and
+    # evaluated) at once, which keeps a CPU's generate and the evaluator's batches large.
+    steps_per_generation: int | None = None
     max_new_tokens: int = 384
     temperature: float = 1.0
     learning_rate: float = 2e-4
+    iterations: int = 1  # GRPO's mu: optimisation passes over each generation batch (PPO-style clipping)
     beta: float = 0.0  # KL weight toward the starting policy; 0 needs no reference model
     clip: float = 1.5  # k: normalised rewards are clipped to [-k, k]
     failure_reward: float = -2.0  # failed or malformed completions; must be <= -clip
@@ -117,13 +131,12 @@ class RLSettings:
     prompts: PromptSettings = PromptSettings()
 
     def __post_init__(self) -> None:
-        _positive(self, "epochs", "prompts_per_problem", "num_generations", "batch_size", "max_new_tokens",
-                  "learning_rate", "clip")
+        _positive(self, "epochs", "prompts_per_problem", "num_generations", "prompts_per_step", "max_new_tokens",
+                  "learning_rate", "clip", "iterations")
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
-        if self.batch_size % self.num_generations:
-            raise ValueError(f"batch_size={self.batch_size} must be a multiple of num_generations="
-                             f"{self.num_generations} (TRL's generation batch holds whole groups)")
+        if self.steps_per_generation is not None and self.steps_per_generation < 1:
+            raise ValueError(f"steps_per_generation={self.steps_per_generation}: use null (whole epoch) or >= 1")
         if self.failure_reward > -self.clip:
             raise ValueError(f"failure_reward={self.failure_reward} > -clip: a broken program would outscore a "
                              "correct one; set it at or below -clip")

@@ -1,0 +1,115 @@
+"""GPU smoke run of the learning stages: tiny policy -> SFT -> one contrastive-RL epoch (TRL GRPOTrainer),
+with every candidate evaluated on the GPU. Prints the time split between generation, evaluation and
+training, and the epoch's metrics, as one JSON line at the end.
+
+Needs torch, transformers, accelerate, trl and datasets (no prefect, mlflow or polars: the corpus is made
+and measured here, the pool is kept in memory). Run from the repository root on the device machine:
+
+    PYTHONPATH=. python benchmarks/learning_gpu.py --device cuda:0 --out /tmp/learning-gpu
+
+Record the command and its output in docs/learning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class Stopwatch:
+    """Seconds spent inside wrapped calls, by name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+        return timed
+
+
+def measured_corpus(problems: list, protocol: Any) -> list:
+    """The template teacher's programs for each problem, measured on the GPU: the SFT data and the
+    starting pool."""
+    from cudal1.generation.templates import template_candidates
+    from cudal1.pool import PoolEntry
+    from cudal1.training.evaluation import evaluator_fn
+
+    candidates = [c for p in problems for c in template_candidates(p, ["no_grad", "inference_mode", "cuda_graph"],
+                                                                    gpu=True)]
+    by_id = {p.problem_id: p for p in problems}
+    evaluations = evaluator_fn(protocol)([by_id[c.problem_id] for c in candidates], candidates)
+    return [PoolEntry.from_evaluation(c, e, "corpus") for c, e in zip(candidates, evaluations, strict=True) if e.ok]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--problems", type=int, default=15, help="first N starter problems")
+    parser.add_argument("--sft-epochs", type=float, default=20)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--out", default="/tmp/cudal1-learning-gpu")
+    args = parser.parse_args()
+
+    import torch
+
+    from cudal1.evaluator.config import EvalConfig
+    from cudal1.generation.tiny_policy import build_tiny_policy
+    from cudal1.pool import CandidatePool
+    from cudal1.problems import load_starter_suite
+    from cudal1.training.data import sft_examples, tokenizer_texts
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.finetune import finetune, load_policy
+    from cudal1.training.rl import run_contrastive_rl
+    from cudal1.training.settings import FinetuneSettings, PromptSettings, RLSettings
+
+    assert torch.cuda.is_available(), "no CUDA device: this is the GPU smoke run"
+    out = Path(args.out)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    problems = load_starter_suite()[: args.problems]
+    protocol = EvalConfig(device=args.device, correctness_trials=2, timing_trials=3, target_trial_ms=10.0,
+                          warmup_iters=1, remeasure=0)
+
+    t0 = time.perf_counter()
+    corpus = measured_corpus(problems, protocol)
+    report["corpus_programs"], report["corpus_seconds"] = len(corpus), time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    build_tiny_policy(out / "policy", tokenizer_texts(problems, corpus), hidden=256, layers=4)
+    model, tokenizer = load_policy(out / "policy")
+    rows = sft_examples({p.problem_id: p for p in problems}, corpus, PromptSettings(), copies=2)
+    model, sft = finetune(model.to("cuda"), tokenizer, rows,
+                          FinetuneSettings(epochs=args.sft_epochs, learning_rate=1e-3, batch_size=4), out / "sft-work")
+    report["sft"] = sft | {"seconds": time.perf_counter() - t0}
+
+    clock = Stopwatch()
+    model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
+    evaluate = clock.wrap("evaluation", evaluator_fn(protocol))
+    settings = RLSettings(epochs=1, num_generations=args.generations, prompts_per_step=3, max_new_tokens=160,
+                          temperature=1.0, learning_rate=2e-4)
+    t0 = time.perf_counter()
+    model, epochs = run_contrastive_rl(model, tokenizer, {p.problem_id: p for p in problems}, CandidatePool(corpus),
+                                       evaluate, settings, out / "rl")
+    total = time.perf_counter() - t0
+    split = {"generation_s": clock.seconds.get("generation", 0.0), "evaluation_s": clock.seconds.get("evaluation", 0.0)}
+    split["training_and_other_s"] = total - sum(split.values())
+    report["rl_epoch"] = epochs[0] | split | {"total_s": total}
+    print(json.dumps(report, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Stage `contrastive_rl` (CUDA-L1 stage 3): E epochs of GRPO through TRL's GRPOTrainer. Prompts carry
+exemplars from the candidate pool with their measured speedups; the reward evaluates every completion
+(speedup normalised within its group, clipped to [-k, k]; failures get a fixed low reward) and adds it
+to the pool. Per epoch: mean/max reward, success rate, mean/median speedup (MLflow steps and
+``reports/rl_epochs.csv``). A rerun with the same settings, policy and pool resumes after the last
+finished epoch and never re-evaluates a program the pool already holds."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from cudal1.config import load_params, params_dict
+from cudal1.training.params import ContrastiveRLParams
+from flows._common import main, repo_root, run_name
+from tasks.io import read_problems_task
+from tasks.learning import contrastive_rl_task, resolve, write_plot_csv
+from tasks.tracking import stage_run
+
+COLUMNS = ["epoch", "mean_reward", "max_reward", "success_rate", "mean_speedup", "median_speedup", "max_speedup",
+           "well_formed_rate", "cached_rate", "evaluated", "pool_correct", "pool_best_speedup", "epoch_seconds"]
+
+
+def _describe(p: ContrastiveRLParams) -> str:
+    return f"{p.epochs} epochs, G={p.num_generations}, k={p.clip:g} on {', '.join(p.devices)}"
+
+
+@flow(name="contrastive_rl", flow_run_name=run_name("contrastive_rl", _describe))
+def contrastive_rl_flow(params_path: str = "params.yaml") -> list:
+    params: ContrastiveRLParams = load_params(params_path, "contrastive_rl")
+    root = repo_root(params_path)
+    with stage_run("contrastive_rl", params_dict(params), root) as run:
+        problems = read_problems_task(resolve(root, params.problems))
+        epochs = contrastive_rl_task(params, problems, resolve(root, params.policy), resolve(root, params.pool),
+                                     resolve(root, params.out_dir), resolve(root, params.data_dir),
+                                     resolve(root, params.work_dir), resolve(root, params.pool_cache),
+                                     run.run_id, str(root))
+        write_plot_csv(epochs, resolve(root, params.plots), COLUMNS)
+        for e in epochs:
+            get_run_logger().info(f"epoch {int(e['epoch'])}: mean reward {e['mean_reward']:.3f}, success "
+                                  f"{e['success_rate']:.2f}, median speedup {e['median_speedup']:.3f}")
+        if epochs:
+            run.log_metrics({"first_epoch_mean_reward": epochs[0]["mean_reward"],
+                             "last_epoch_mean_reward": epochs[-1]["mean_reward"]})
+    return epochs
+
+
+if __name__ == "__main__":
+    main(contrastive_rl_flow, __doc__)

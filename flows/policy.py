@@ -1,0 +1,36 @@
+"""Stage `policy`: the base policy. ``model: tiny`` builds the project's own small Llama with a tokenizer
+trained on the problems, the corpus and the prompt files (offline, deterministic); any other value is a
+hub id or a local folder, recorded in ``models/policy/policy.json`` and loaded from there by later stages.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from cudal1.config import load_params, params_dict
+from cudal1.training.params import PolicyParams
+from flows._common import main, repo_root, run_name
+from tasks.io import read_problems_task
+from tasks.learning import build_policy_task, read_corpus_task, resolve
+from tasks.tracking import stage_run
+
+
+def _describe(p: PolicyParams) -> str:
+    return f"tiny {p.layers}x{p.hidden}" if p.is_tiny else p.model
+
+
+@flow(name="policy", flow_run_name=run_name("policy", _describe))
+def policy_flow(params_path: str = "params.yaml") -> dict:
+    params: PolicyParams = load_params(params_path, "policy")
+    root = repo_root(params_path)
+    with stage_run("policy", params_dict(params), root) as run:
+        problems = read_problems_task(resolve(root, params.problems)) if params.is_tiny else []
+        corpus = read_corpus_task(resolve(root, params.corpus)) if params.is_tiny else []
+        built = build_policy_task(params, problems, corpus, resolve(root, params.out_dir))
+        get_run_logger().info(f"policy -> {params.out_dir}: {built}")
+        run.log_metrics({k: v for k, v in built.items() if isinstance(v, int | float)})
+    return built
+
+
+if __name__ == "__main__":
+    main(policy_flow, __doc__)

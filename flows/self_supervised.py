@@ -1,0 +1,55 @@
+"""Stage `self_supervised` (CUDA-L1 stage 2): R rounds of sampling k candidates per problem from the
+current policy, evaluating them, and fine-tuning on the executable and correct ones only. Per round:
+success rate, samples, generated tokens (MLflow, ``reports/learning/self_supervised_rounds.csv``); the
+samples of each round under ``data/self_supervised/``, each round's policy under ``models/``."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from cudal1.config import load_params, params_dict
+from cudal1.training.params import SelfSupervisedParams
+from flows._common import main, repo_root, run_name
+from tasks.io import read_problems_task
+from tasks.learning import (
+    SeriesBuffer,
+    log_series_task,
+    read_corpus_task,
+    resolve,
+    self_supervised_task,
+    write_plot_csv,
+)
+from tasks.tracking import stage_run
+
+COLUMNS = ["round", "samples", "correct", "success_rate", "problems_solved", "generated_tokens", "evaluated",
+           "finetune_last_loss"]
+
+
+def _describe(p: SelfSupervisedParams) -> str:
+    return f"{p.rounds} rounds x {p.sampling.samples} samples per problem on {', '.join(p.devices)}"
+
+
+@flow(name="self_supervised", flow_run_name=run_name("self_supervised", _describe))
+def self_supervised_flow(params_path: str = "params.yaml") -> list:
+    params: SelfSupervisedParams = load_params(params_path, "self_supervised")
+    root = repo_root(params_path)
+    with stage_run("self_supervised", params_dict(params), root) as run:
+        problems = read_problems_task(resolve(root, params.problems))
+        corpus = read_corpus_task(resolve(root, params.corpus))
+        sink = SeriesBuffer()
+        rounds = self_supervised_task(params, problems, corpus, resolve(root, params.policy),
+                                      resolve(root, params.out_dir), resolve(root, params.data_dir),
+                                      resolve(root, params.pool_cache), sink)
+        log_series_task(run.run_id, sink.drain(), str(root))
+        write_plot_csv(rounds, resolve(root, params.plots), COLUMNS)
+        for r in rounds:
+            get_run_logger().info(f"round {r['round']}: {r['correct']}/{r['samples']} correct, "
+                                  f"{r['problems_solved']} problems solved, {r['evaluated']} evaluated")
+        if rounds:
+            run.log_metrics({"last_round_success_rate": rounds[-1]["success_rate"],
+                             "last_round_problems_solved": rounds[-1]["problems_solved"]})
+    return rounds
+
+
+if __name__ == "__main__":
+    main(self_supervised_flow, __doc__)

@@ -1,0 +1,41 @@
+"""Stage `sft`: supervised fine-tuning of the policy on the augment corpus through TRL's SFTTrainer
+(full or LoRA by params). Each example is a contrastive prompt (reference + exemplars drawn from the
+corpus) and a protocol-format response whose program is a corpus program. Loss per step goes to MLflow
+and to ``reports/learning/sft_loss.csv`` (a DVC plot)."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from cudal1.config import load_params, params_dict
+from cudal1.training.params import SFTParams
+from flows._common import main, repo_root, run_name
+from tasks.io import read_problems_task
+from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, resolve, sft_task, write_plot_csv
+from tasks.tracking import stage_run
+
+
+def _describe(p: SFTParams) -> str:
+    return f"{'LoRA' if p.lora else 'full'}, {p.epochs:g} epochs, lr {p.learning_rate:g}"
+
+
+@flow(name="sft", flow_run_name=run_name("sft", _describe))
+def sft_flow(params_path: str = "params.yaml") -> dict:
+    params: SFTParams = load_params(params_path, "sft")
+    root = repo_root(params_path)
+    with stage_run("sft", params_dict(params), root) as run:
+        problems = read_problems_task(resolve(root, params.problems))
+        corpus = read_corpus_task(resolve(root, params.corpus))
+        sink = SeriesBuffer()
+        summary = sft_task(params, problems, corpus, resolve(root, params.policy), resolve(root, params.out_dir), sink)
+        series = sink.drain()
+        log_series_task(run.run_id, series, str(root))
+        write_plot_csv([{"step": step} | m for step, m in series], resolve(root, params.plots),
+                       ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
+        get_run_logger().info(f"sft -> {params.out_dir}: {summary}")
+        run.log_metrics(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main(sft_flow, __doc__)

@@ -1,0 +1,80 @@
+"""Score buckets and exemplar sampling statistics."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from cudal1.pool import CandidatePool, PoolEntry, bucket_of, bucket_probabilities
+
+
+def entry(i: int, speedup: float | None, status: str = "ok", pid: str = "p") -> PoolEntry:
+    return PoolEntry(pid, f"c{i}", f"{i:064x}", f"# program {i}\n", "test", status, speedup)
+
+
+def test_probabilities_follow_the_softmax_of_bucket_means():
+    entries = [entry(0, 1.0), entry(1, 1.02), entry(2, 1.5), entry(3, 2.05), entry(4, None, "incorrect")]
+    probs = bucket_probabilities(entries, width=0.25, temperature=0.5)
+    assert set(probs) == {4, 6, 8}  # failures have no bucket
+    mu = (1.0 + 1.02 + 1.5 + 2.05) / 4
+    expected = {4: math.exp((1.01 - mu) / 0.5), 6: math.exp((1.5 - mu) / 0.5), 8: math.exp((2.05 - mu) / 0.5)}
+    total = sum(expected.values())
+    for b, p in probs.items():
+        assert p == pytest.approx(expected[b] / total)
+
+
+def test_buckets_are_drawn_with_those_probabilities():
+    # Three buckets with one program each: the first exemplar's bucket follows P(bucket) exactly.
+    pool = CandidatePool([entry(0, 1.0), entry(1, 1.5), entry(2, 2.0)])
+    probs = bucket_probabilities(pool.successes("p"), 0.25, 0.5)
+    rng = random.Random(0)
+    draws = 20000
+    first = Counter()
+    for _ in range(draws):
+        # n=1: one draw of the bucket distribution
+        first[bucket_of(pool.sample_exemplars("p", rng, n=1, width=0.25, temperature=0.5)[0].speedup, 0.25)] += 1
+    for b, p in probs.items():
+        assert first[b] / draws == pytest.approx(p, abs=0.015)
+
+
+def test_two_exemplars_come_from_different_buckets_and_uniformly_within():
+    pool = CandidatePool([entry(0, 1.0), entry(1, 1.01), entry(2, 1.02), entry(3, 1.6)])
+    rng = random.Random(1)
+    within = Counter()
+    for _ in range(6000):
+        pair = pool.sample_exemplars("p", rng, n=2, width=0.25, temperature=0.5)
+        assert len({bucket_of(e.speedup, 0.25) for e in pair}) == 2
+        assert pair[0].speedup <= pair[1].speedup  # slowest first
+        within[pair[0].speedup] += 1
+    for speedup in (1.0, 1.01, 1.02):  # uniform inside bucket 4
+        assert within[speedup] / 6000 == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_fewer_buckets_than_exemplars_fill_from_the_rest():
+    pool = CandidatePool([entry(0, 1.0), entry(1, 1.05)])  # one bucket of width 0.25
+    pair = pool.sample_exemplars("p", random.Random(0), n=2, width=0.25)
+    assert sorted(e.speedup for e in pair) == [1.0, 1.05]
+    assert CandidatePool().sample_exemplars("p", random.Random(0)) == []
+
+
+def test_sampling_is_deterministic_under_a_seed():
+    pool = CandidatePool([entry(i, 0.8 + 0.1 * i) for i in range(10)])
+    draw = [pool.sample_exemplars("p", random.Random(7), n=2) for _ in range(3)]
+    assert draw[0] == draw[1] == draw[2]
+
+
+def test_save_load_round_trip(tmp_path):
+    pool = CandidatePool([entry(0, 1.0), entry(1, None, "compile_error"), entry(2, 1.3, pid="q")])
+    pool.save(tmp_path / "pool.parquet")
+    again = CandidatePool.load(tmp_path / "pool.parquet")
+    assert again.entries() == pool.entries()
+    assert len(CandidatePool.load(tmp_path / "missing.parquet")) == 0
+
+
+def test_first_measurement_stands():
+    pool = CandidatePool([entry(0, 1.0)])
+    assert not pool.add(entry(0, 9.0))
+    assert pool.get("p", f"{0:064x}").speedup == 1.0

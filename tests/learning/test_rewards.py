@@ -1,0 +1,105 @@
+"""The reward: normalisation within groups, clipping, failure values, the pool as cache; one test runs
+the real evaluator."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from conftest import light_protocol
+
+from cudal1.candidates import Candidate
+from cudal1.generation.templates import template_source
+from cudal1.pool import CandidatePool
+from cudal1.prompts import render_response
+from cudal1.training.evaluation import evaluator_fn
+from cudal1.training.rewards import (
+    SpeedupReward,
+    epoch_metrics,
+    format_reward,
+    group_rewards,
+    normalise_group,
+)
+
+
+def test_normalised_scores_have_zero_mean_and_unit_spread():
+    z = normalise_group([1.0, 1.5, 2.5, 0.7])
+    assert statistics.fmean(z) == pytest.approx(0.0, abs=1e-12)
+    assert statistics.pstdev(z) == pytest.approx(1.0)
+    assert z[2] > z[1] > z[0] > z[3]  # order kept
+
+
+def test_failures_are_left_out_of_the_statistics():
+    assert normalise_group([1.0, None, 3.0]) == normalise_group([1.0, 3.0])[:1] + [None] + [1.0]
+
+
+def test_no_spread_means_no_preference():
+    assert normalise_group([1.2, 1.2, None]) == [0.0, 0.0, None]
+    assert normalise_group([4.0]) == [0.0]
+
+
+def test_clipping_to_k():
+    rewards = group_rewards([1.0] * 9 + [100.0], clip=1.5)
+    assert max(rewards) == 1.5 and min(rewards) > -1.5  # z of the outlier is 3
+    assert group_rewards([1.0] * 9 + [100.0], clip=1.0)[-1] == 1.0
+
+
+def test_failure_value_is_fixed_and_below_every_correct_program():
+    rewards = group_rewards([0.2, 1.0, 50.0, None, None], clip=1.5, failure_reward=-2.0)
+    assert rewards[3:] == [-2.0, -2.0]
+    assert min(rewards[:3]) > -2.0
+    assert group_rewards([None, None, None]) == [-2.0] * 3
+
+
+def test_failure_reward_must_not_exceed_minus_k():
+    with pytest.raises(ValueError, match="outscore"):
+        SpeedupReward({}, lambda p, c: [], CandidatePool(), clip=1.5, failure_reward=-1.0)
+
+
+def test_groups_are_the_completions_of_one_prompt(problems):
+    def by_length(probs, cands):  # a deterministic stand-in measurement, to check the grouping only
+        from cudal1.candidates import Evaluation, Status
+
+        return [Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=float(len(c.source))) for c in cands]
+
+    p = problems[0]
+    short, long = template_source(p, "no_grad"), template_source(p, "inference_mode")
+    reward = SpeedupReward({p.problem_id: p}, by_length, CandidatePool())
+    out = reward([render_response("a", "b", short), render_response("a", "b", long)] * 2,
+                 prompts=["A", "A", "B", "B"], problem_id=[p.problem_id] * 4)
+    assert out == [-1.0, 1.0, -1.0, 1.0] or out == [1.0, -1.0, 1.0, -1.0]
+    assert reward.evaluated == 2  # two programs, each measured once
+
+
+def test_format_reward():
+    assert format_reward([render_response("a", "b", "class ModelNew: pass")]) == [1.0]
+    assert format_reward(["## Code Implementation\n```python\nclass ModelNew: pass\n```"]) == [pytest.approx(1 / 3)]
+    assert format_reward(["nothing"]) == [-1.0]
+
+
+def test_real_evaluator_rewards_and_caches(problems, tmp_path):
+    """Correct programs get normalised speedups, broken and malformed ones the failure value; every
+    evaluation joins the pool (saved to disk), and a repeat is served from it."""
+    p = problems[0]
+    good = render_response("a", "b", template_source(p, "no_grad"))
+    broken = render_response("a", "b", p.source + "\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                                                  "        return x.nonexistent()\n")
+    calls: list[list[Candidate]] = []
+    real = evaluator_fn(light_protocol())
+
+    def recording(probs, cands):
+        calls.append(list(cands))
+        return real(probs, cands)
+
+    reward = SpeedupReward({p.problem_id: p}, recording, CandidatePool(), pool_path=tmp_path / "pool.parquet")
+    out = reward([good, broken, "no program", good], prompts=["q"] * 4, problem_id=[p.problem_id] * 4)
+    assert out[1] == out[2] == -2.0
+    assert out[0] == out[3] == 0.0  # the one correct program, twice: nothing to prefer
+    assert [len(c) for c in calls] == [2]  # duplicates and malformed text never reach the evaluator
+    statuses = {e.status for e in CandidatePool.load(tmp_path / "pool.parquet").entries()}
+    assert statuses == {"ok", "runtime_error"}
+    reward([good, broken], prompts=["r"] * 2, problem_id=[p.problem_id] * 2)
+    assert len(calls) == 1  # all cached
+    metrics = epoch_metrics(reward.history)
+    assert metrics["success_rate"] == pytest.approx(3 / 6)
+    assert metrics["cached_rate"] == pytest.approx(2 / 6)
