@@ -13,7 +13,7 @@ import polars as pl
 import yaml
 from pipeline_helpers import edit_params, run, run_pipeline
 
-STAGES = ("problems", "augment", "evaluate", "report")
+STAGES = ("problems", "augment", "evaluate", "report", "policy", "sft", "self_supervised", "contrastive_rl")
 
 
 def test_pipeline_runs_every_stage_from_a_fresh_copy(pipeline_repo):
@@ -68,9 +68,10 @@ def test_changed_params_rerun_only_their_stage(pipeline_repo, run_env):
     result = run([sys.executable, "-m", "dvc", "repro"], repo, run_env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Running stage 'report'" in result.stdout
-    for stage in ("problems", "augment", "evaluate"):
+    for stage in ("problems", "augment", "evaluate", "policy", "sft", "self_supervised", "contrastive_rl"):
         assert f"Running stage '{stage}'" not in result.stdout
-        assert outs[stage].stat().st_mtime_ns == before[stage]
+    for stage, path in outs.items():
+        assert path.stat().st_mtime_ns == before[stage]
     assert "Speedup>1.5" in (repo / "reports/report.md").read_text()
     status = run([sys.executable, "-m", "dvc", "status"], repo, run_env)
     assert "up to date" in status.stdout
@@ -91,6 +92,7 @@ def test_mlflow_runs_nest_under_the_pipeline_run(pipeline_repo):
     assert set(children) == set(STAGES)
     for stage, child in children.items():
         assert child.info.status == "FINISHED", stage
+    assert "last_epoch_mean_reward" in children["contrastive_rl"].data.metrics
     assert children["problems"].data.params["limit"] == "3"
     assert children["augment"].data.params["template.variants"] == '["baseline", "no_grad"]'
     assert children["augment"].data.metrics["candidates"] == 6
