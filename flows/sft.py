@@ -30,7 +30,7 @@ def sft_flow(params_path: str = "params.yaml") -> dict:
         summary = sft_task(params, problems, corpus, resolve(root, params.policy), resolve(root, params.out_dir), sink)
         series = sink.drain()
         log_series_task(run.run_id, series, str(root))
-        write_plot_csv([{"step": step} | m for step, m in series], resolve(root, params.plots),
+        write_plot_csv([{"step": step} | m for step, m in series if "sft_loss" in m], resolve(root, params.plots),
                        ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
         get_run_logger().info(f"sft -> {params.out_dir}: {summary}")
         run.log_metrics(summary)

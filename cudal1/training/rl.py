@@ -30,7 +30,8 @@ from cudal1.training.settings import RLSettings
 
 def epoch_prompts(problems: Mapping[str, Problem], pool: CandidatePool, settings: RLSettings,
                   epoch: int) -> list[dict[str, str]]:
-    rng = random.Random(settings.seed * 1_000_003 + epoch)  # an epoch's prompts depend on (seed, epoch, pool)
+    # An epoch's prompts depend on (seed, pool) and, when exemplars are redrawn, on the epoch too.
+    rng = random.Random(settings.seed * 1_000_003 + (epoch if settings.redraw_exemplars else 0))
     return [{"prompt": contrastive_prompt(problems[pid], pool, rng, settings.prompts)[0], "problem_id": pid}
             for pid in sorted(problems) for _ in range(settings.prompts_per_problem)]
 
@@ -120,7 +121,7 @@ def run_contrastive_rl(
         model = load_model(out_dir / "policy")
     reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
                            pool_path=pool_path, cache=cache, cache_path=cache_path, stage="contrastive_rl",
-                           admit=settings.prompts.admit)
+                           admit=settings.prompts.admit, resolution=settings.speedup_resolution)
     funcs: list[Any] = [reward]
     weights = [1.0]
     if settings.format_weight:

@@ -108,6 +108,10 @@ class RLSettings:
 
     epochs: int = 3
     prompts_per_problem: int = 1
+    # True: every epoch draws its exemplars afresh. False: the draw is seeded the same every epoch, so an
+    # epoch's prompts change only where the pool gained an exemplar, and epoch metrics compare policies
+    # rather than the luck of the draw (15 prompts per epoch made that luck larger than the RL effect).
+    redraw_exemplars: bool = True
     num_generations: int = 4  # G: completions per prompt (the normalisation group)
     # Prompts per optimisation step (G completions each). Lowered to a divisor of the epoch's prompt count
     # so that no prompt is dropped.
@@ -121,6 +125,8 @@ class RLSettings:
     iterations: int = 1  # GRPO's mu: optimisation passes over each generation batch (PPO-style clipping)
     beta: float = 0.0  # KL weight toward the starting policy; 0 needs no reference model
     clip: float = 1.5  # k: normalised rewards are clipped to [-k, k]
+    # Correct programs whose speedups spread by no more than this (relative) are ties: reward 0 each.
+    speedup_resolution: float = 0.0
     failure_reward: float = -2.0  # failed or malformed completions; must be <= -clip
     format_weight: float = 0.0  # weight of the protocol-format reward beside the speedup reward
     lora: bool = False

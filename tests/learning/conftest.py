@@ -51,7 +51,7 @@ TINY_PARAMS = {
     "self_supervised": {"rounds": 1, "copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48, "batch_size": 4},
                         "finetune": {"epochs": 1, "batch_size": 2}, "prompts": {"exemplars": 1}, "protocol": LIGHT},
     "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 48,
-                       "prompts": {"exemplars": 1}, "protocol": LIGHT},
+                       "iterations": 2, "prompts": {"exemplars": 1, "admit": "improving"}, "protocol": LIGHT},
 }
 
 

@@ -78,3 +78,19 @@ def test_first_measurement_stands():
     pool = CandidatePool([entry(0, 1.0)])
     assert not pool.add(entry(0, 9.0))
     assert pool.get("p", f"{0:064x}").speedup == 1.0
+
+
+def test_admission_rules():
+    pool = CandidatePool([entry(0, 1.0), entry(1, 1.2)])
+    assert pool.admits("p", 0.9, "all") and pool.admits("p", 1.3, "improving")
+    assert not pool.admits("p", 1.1, "improving") and not pool.admits("p", None, "all")
+    with pytest.raises(ValueError, match="improving"):
+        pool.admits("p", 1.0, "some")
+
+
+def test_only_exemplars_are_shown():
+    from dataclasses import replace
+
+    pool = CandidatePool([entry(0, 1.0), replace(entry(1, 3.0), exemplar=False)])
+    shown = {e.speedup for _ in range(50) for e in pool.sample_exemplars("p", random.Random(_), n=2)}
+    assert shown == {1.0}

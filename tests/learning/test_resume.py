@@ -24,11 +24,11 @@ def test_resumed_rl_reuses_the_pool(problems, tmp_path):
     p = problems[0]
     program = template_source(p, "no_grad")
     corpus = [PoolEntry(p.problem_id, "c0", "0" * 64, program, "template:no_grad", "ok", 1.0)]
-    build_tiny_policy(tmp_path / "policy", tokenizer_texts([p], corpus), vocab_size=1024, hidden=64, layers=1)
+    build_tiny_policy(tmp_path / "policy", tokenizer_texts([p], corpus), vocab_size=1024, hidden=128, layers=2)
     model, tok = load_policy(tmp_path / "policy")
     rows = sft_examples({p.problem_id: p}, corpus, NO_EXEMPLARS, copies=8)
     assert rows[0]["completion"] == response_for(program, "template:no_grad", [])
-    model, _ = finetune(model, tok, rows, FinetuneSettings(epochs=12, learning_rate=3e-3, batch_size=4), tmp_path / "w")
+    model, _ = finetune(model, tok, rows, FinetuneSettings(epochs=80, learning_rate=3e-3, batch_size=4), tmp_path / "w")
 
     calls: list[set[tuple[str, str]]] = []
     real = evaluator_fn(light_protocol())
@@ -37,7 +37,7 @@ def test_resumed_rl_reuses_the_pool(problems, tmp_path):
         calls.append({(c.problem_id, c.sha256) for c in cands})
         return real(probs, cands)
 
-    settings = RLSettings(epochs=1, num_generations=4, prompts_per_step=1, max_new_tokens=96, temperature=0.7,
+    settings = RLSettings(epochs=1, num_generations=4, prompts_per_step=1, max_new_tokens=200, temperature=0.5,
                           learning_rate=1e-5, prompts=NO_EXEMPLARS)
     out, pool_path = tmp_path / "rl", tmp_path / "rl" / "pool.parquet"
     problems_by_id = {p.problem_id: p for p in problems[:1]}
