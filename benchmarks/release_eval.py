@@ -11,6 +11,8 @@ template teacher's rewrites of the reference (``cuda_graph``, ``compile-default`
 is speedup_vs_eager(program) / speedup_vs_eager(baseline). One lenient run (CUDA-L1's 1e-2) records
 ``max_scaled_error``, from which the verdict under the strict policy follows without a second run.
 Prints a summary and the wall time; writes results.jsonl (resumable) and summary.json under --out.
+``--agree-with OTHER/results.jsonl`` adds the two-run agreement (|Δspeedup|/speedup over rows measured
+ok in both runs: median, 95th percentile).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=1e-2)
     ap.add_argument("--trials", type=int, default=7)
     ap.add_argument("--build-workers", type=int, default=0)
+    ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -84,10 +87,35 @@ def main() -> None:
         "rows": len(rows), "evaluations": len(mine), "wall_s": round(wall, 1),
         "per_evaluation_s": round(wall / max(len(candidates), 1), 2), "statuses": dict(statuses),
         "median_speedup": statistics.median(speedups) if speedups else None,
-        "config": config.to_dict(), "cpu_count": os.cpu_count(),
+        "time_split_s": time_split(mine), "config": config.to_dict(), "cpu_count": os.cpu_count(),
+        "devices": args.devices,
     }
+    if args.agree_with is not None:
+        summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, default=str))
+
+
+def time_split(evaluations: list) -> dict[str, float]:
+    """Summed seconds per phase over the evaluations (phases overlap across devices and builds)."""
+    split: dict[str, float] = {}
+    for e in evaluations:
+        for key in ("build_s", "eval_s"):
+            split[key] = split.get(key, 0.0) + (getattr(e, key) or 0.0)
+        for key in ("load_s", "correctness_s", "timing_s"):
+            split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
+    return {k: round(v, 1) for k, v in split.items()}
+
+
+def agreement(first: list, second: list) -> dict[str, float | int | None]:
+    """How far two runs' speedups are apart, row by row, over the rows measured ok in both."""
+    before = {(e.problem_id, e.candidate_sha256): e.speedup for e in first if e.speedup is not None}
+    gaps = sorted(abs(e.speedup - before[k]) / before[k] for e in second
+                  if e.speedup is not None and (k := (e.problem_id, e.candidate_sha256)) in before)
+    if not gaps:
+        return {"rows": 0, "median": None, "p95": None}
+    return {"rows": len(gaps), "median": round(statistics.median(gaps), 4),
+            "p95": round(gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 4), "max": round(gaps[-1], 4)}
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def test_inputs_unchanged_and_outputs_equal() -> None:
 
 
 def _print(t: torch.Tensor, seed: int = 0) -> list[list[float]]:
-    from cudal1.evaluator.worker import _fingerprint
+    from cudal1.evaluator.probes import fingerprint as _fingerprint
 
     return _fingerprint([t], seed)
 

@@ -40,7 +40,11 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     the shared cache keyed by the source hash; returns an error message or ''. Failures are left for
     the timed evaluation to report: it rebuilds, fails the same way and records the verdict."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
-    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, flush_l2=False,
+    # On the CPU with the GPUs hidden: a build worker creates no CUDA context and puts no work on the
+    # device another candidate is being timed on. The compile is the same (TORCH_CUDA_ARCH_LIST is fixed
+    # by evaluate_many), so the timed worker finds the extension in the cache; a candidate whose import
+    # needs a GPU fails here and simply builds again when it is loaded for timing.
+    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, hide_gpus=True,
                       extensions_dir=extensions_root / candidate.sha256[:16])
     try:
         root.chmod(0o711)
@@ -58,6 +62,18 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         return exc.message
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def pin_cuda_arch(devices: Sequence[str]) -> None:
+    """Fix TORCH_CUDA_ARCH_LIST (workers inherit it) to the devices' compute capabilities, unless the user
+    set it: a build worker that sees no GPU then compiles exactly what the timed worker would, and both
+    hit the same cached build."""
+    import torch
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():
+        return
+    caps = sorted({torch.cuda.get_device_capability(int(d.split(":")[1]) if ":" in d else 0) for d in devices})
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{major}.{minor}" for major, minor in caps)
 
 
 class _Sink:
@@ -121,6 +137,8 @@ def evaluate_many(
     existing = load_evaluations(path) if path is not None else []
     done = {e.key for e in existing}
     ext_root = extensions_root or default_extensions_root()
+    if config.is_cuda:
+        pin_cuda_arch(devices)
     todo = [c for c in candidates
             if (by_id[c.problem_id].sha256, c.sha256, config.hash, device_name(devices[0])) not in done]
     sink = _Sink(path, existing, progress)
@@ -157,8 +175,8 @@ def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]
 
     def start_reference(problem: Problem) -> ReferenceSession | str:
         try:
-            return ReferenceSession(problem, cfg)
-        except ReferenceError as exc:
+            return ReferenceSession(problem, cfg, load=False)  # built when its turn comes, not during a timing
+        except (ReferenceError, WorkerFailure) as exc:
             return str(exc)
 
     def next_group() -> tuple[Problem, list[Candidate], Future] | None:
@@ -175,6 +193,11 @@ def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]
             problem, cands, session_future = current
             upcoming = next_group()
             session = session_future.result()
+            if not isinstance(session, str):
+                try:
+                    session.load()
+                except ReferenceError as exc:
+                    session = str(exc)
             if isinstance(session, str):
                 for c in cands:
                     sink.add(_reference_failed(problem, c, cfg, session))

@@ -1,7 +1,8 @@
 """One candidate against one problem: static -> build/load -> correctness -> timing -> verdict.
 
 The reference runs in its own worker, which never executes candidate code; its outputs live only in
-this (parent) process. The candidate runs in a second worker that sees inputs, never answers.
+this (parent) process. The candidate runs in a second worker that sees inputs, never answers. Both
+generate their inputs from seeds the parent sends; the parent checks the candidate's are bit-identical.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing
+from cudal1.evaluator.transport import TransportError, receive
 from cudal1.problems import Problem
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
@@ -44,8 +46,8 @@ def _seed() -> int:
 
 
 def scratch_root() -> str | None:
-    """Worker directories live in /dev/shm when it has room: tensors cross between processes as files,
-    and on a disk-backed /tmp a 256 MB output costs seconds per trial."""
+    """Worker directories live in /dev/shm when it has room: on CPU tensors cross between processes as
+    files, and on a disk-backed /tmp a 256 MB output costs seconds per trial."""
     shm = Path("/dev/shm")
     try:
         if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 8 * 2**30:
@@ -63,10 +65,12 @@ def compare_device(config: EvalConfig) -> str:
     return "cpu"
 
 
-def _load(path: Path, device: str = "cpu") -> Any:
-    data = torch.load(path, weights_only=True, map_location=device)  # never unpickle arbitrary objects
-    path.unlink(missing_ok=True)
-    return data
+def _receive(reply: dict[str, Any], path: Path, config: EvalConfig) -> Any:
+    """What a worker's reply carried (by CUDA IPC or a file), on the compare device; None if nothing."""
+    if "payload" not in reply and not reply.get("payload_file"):
+        path.unlink(missing_ok=True)
+        return None
+    return receive(reply, path, compare_device(config))
 
 
 class Verdict(Exception):
@@ -104,7 +108,10 @@ class ReferenceSession:
     """A warm worker running one problem's reference. Safe to share between candidates of that problem:
     it never executes candidate code."""
 
-    def __init__(self, problem: Problem, config: EvalConfig, root: Path | None = None) -> None:
+    def __init__(self, problem: Problem, config: EvalConfig, root: Path | None = None, *, load: bool = True) -> None:
+        """``load=False`` starts the process only (interpreter, torch, CUDA context) and defers building the
+        reference model to the first use, so a session prestarted for the next problem puts no work on the
+        GPU while the current candidate is timed."""
         self.problem = problem
         self.config = config
         self._own_root = root is None
@@ -112,38 +119,65 @@ class ReferenceSession:
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o711)  # a sandboxed worker may traverse to its own directory, not list others
         self.init_seed = _seed()
-        path = self.root / "reference" / "reference.py"
-        path.parent.mkdir(mode=0o700)
-        path.write_text(problem.source)
+        self.path = self.root / "reference" / "reference.py"
+        self.path.parent.mkdir(mode=0o700)
+        self.path.write_text(problem.source)
         spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2)
         self.worker = WorkerProcess(spec, self.root / "reference", "reference")
+        self.build_s = 0.0
+        self._loaded = False
+        self._failure = ""
+        if load:
+            self.load()
+
+    def load(self) -> None:
+        """Build the reference model in its worker (once); raises ReferenceError, then again on every call."""
+        if self._loaded:
+            return
+        if self._failure:
+            raise ReferenceError(self._failure)
         try:
-            self.worker.wait_ready(config.load_timeout_s)
-            reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(path),
-                                      "init_seed": self.init_seed}, config.build_timeout_s)
+            self.worker.wait_ready(self.config.load_timeout_s)
+            reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
+                                      "init_seed": self.init_seed}, self.config.build_timeout_s)
         except WorkerFailure as exc:
+            self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
+        else:
+            if not reply.get("ok"):
+                self._failure = f"{self.problem.problem_id}: reference failed to load: {reply.get('error')}"
+        if self._failure:
             self.close()
-            raise ReferenceError(f"{problem.problem_id}: reference failed to start: {exc.message}") from exc
-        if not reply.get("ok"):
-            self.close()
-            raise ReferenceError(f"{problem.problem_id}: reference failed to load: {reply.get('error')}")
+            raise ReferenceError(self._failure)
         self.build_s = reply.get("build_s", 0.0)
+        self._loaded = True
 
     def records(self, seeds: list[int]) -> list[dict[str, Any]]:
+        self.load()
         out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
         reply = self.worker.call({"cmd": "reference", "seeds": seeds, "out_path": str(out)}, self.config.run_timeout_s)
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
-        return _load(out, compare_device(self.config))
+        try:
+            records = _receive(reply, out, self.config)
+        except TransportError as exc:
+            raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
+        if not isinstance(records, list) or len(records) != len(seeds):
+            raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(records).__name__}, not records")
+        return records
 
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
+        self.load()
         spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
         t0 = time.perf_counter()
         reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
         wall = time.perf_counter() - t0
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
-        return reply, wall, _load(spot_path, compare_device(self.config)) if spot_path.exists() else {}
+        try:
+            spots = _receive(reply, spot_path, self.config)
+        except TransportError as exc:
+            raise ReferenceError(f"{self.problem.problem_id}: reference spot outputs unreadable: {exc}") from exc
+        return reply, wall, spots or {}
 
     def close(self) -> None:
         if hasattr(self, "worker"):
@@ -188,14 +222,17 @@ def _correctness(run: _Run) -> int:
             raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
         run.flags.add("degenerate_problem")
     for k, record in enumerate(records[: cfg.correctness_trials]):
-        inputs_path = run.worker.workdir / f"inputs-{k}.pt"
-        out_path = run.worker.workdir / f"outputs-{k}.pt"
-        torch.save(record["inputs"], inputs_path)
-        reply = run.worker.call({"cmd": "run", "inputs_path": str(inputs_path), "out_path": str(out_path),
-                                 "reuse": k == 1}, cfg.run_timeout_s)
+        out_path = run.worker.workdir / f"outputs-{secrets.token_hex(8)}.pt"
+        reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
+                                cfg.run_timeout_s)
         _check_reply(reply, f"correctness trial {k + 1}")
         _check_integrity(reply, run.worker, run.flags)
-        payload = _load(out_path, compare_device(cfg))
+        payload = _candidate_payload(reply, out_path, cfg, f"correctness trial {k + 1}")
+        if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
+                or not isinstance(payload.get("inputs_after"), list):
+            raise Verdict(Status.RUNTIME_ERROR, f"correctness trial {k + 1}: the worker sent no outputs")
+        # The worker generated its inputs from the seed itself: after the call they must still be the
+        # reference's, bit for bit (neither generated differently nor modified in place).
         changed = inputs_unchanged(record["inputs"], payload["inputs_after"])
         if changed:
             raise Verdict(Status.REJECTED, changed)
@@ -218,7 +255,16 @@ def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], flo
     wall = time.perf_counter() - t0
     _check_reply(reply, "timing")
     _check_integrity(reply, run.worker, run.flags)
-    return reply, wall, _load(spot_path, compare_device(run.config)) if spot_path.exists() else {}
+    spots = _candidate_payload(reply, spot_path, run.config, "timing")
+    return reply, wall, spots if isinstance(spots, dict) else {}
+
+
+def _candidate_payload(reply: dict[str, Any], path: Path, config: EvalConfig, what: str) -> Any:
+    try:
+        return _receive(reply, path, config)
+    except TransportError as exc:
+        raise Verdict(Status.REJECTED, f"{what}: the worker's reply described tensors the harness cannot read "
+                      f"({exc})") from exc
 
 
 def _calibrate(run: _Run) -> int:

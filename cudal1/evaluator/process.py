@@ -39,6 +39,7 @@ class WorkerSpec:
     flush_l2: bool = True
     extensions_dir: Path | None = None  # TORCH_EXTENSIONS_DIR: keyed by candidate hash, shared across runs
     sandbox_user: bool = True  # when the parent is root: run the worker as a fresh, unprivileged uid
+    hide_gpus: bool = False  # CUDA_VISIBLE_DEVICES="" (build workers: compile without touching a GPU)
 
 
 @functools.cache
@@ -115,6 +116,8 @@ class WorkerProcess:
             "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
             "MALLOC_TRIM_THRESHOLD_": str(2**31),
         })
+        if spec.hide_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.extensions_dir is not None:
             spec.extensions_dir.mkdir(parents=True, exist_ok=True)
             # A build killed at its timeout leaves torch's lock file behind, and every later build of the

@@ -2,8 +2,10 @@
 
 Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.worker --cmd-fd N --reply-fd M``.
 Commands arrive as JSON lines on a private pipe and replies leave on another, so a candidate printing to
-stdout cannot forge a reply; fd 0 is /dev/null and fd 1 is redirected to the log. Tensors travel as
-``torch.save`` files in the worker's own directory; the parent loads them with ``weights_only=True``.
+stdout cannot forge a reply; fd 0 is /dev/null and fd 1 is redirected to the log. Inputs never travel:
+both workers generate them from the seed the parent sends, with the reference's ``get_inputs``. Tensors
+that go back to the parent travel by CUDA IPC, or on CPU as ``torch.save`` files the parent reads with
+``weights_only=True`` (:mod:`cudal1.evaluator.transport`).
 
 This module imports torch and the standard library only: it is the GPU evaluation worker.
 """
@@ -15,13 +17,25 @@ import builtins
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 import types
 from typing import Any
 
 import torch
+
+from cudal1.evaluator import probes, transport
+from cudal1.evaluator.probes import (
+    L2Flush,
+    fingerprint,
+    flatten,
+    global_flags,
+    inspect_outputs,
+    precision_flags,
+    same_layout,
+    to_device,
+    uses_compile,
+)
 
 # The harness seeds inputs through its own reference to manual_seed, taken before any candidate code runs:
 # torch._dynamo (torch.compile) legitimately wraps torch.manual_seed on import, so it is not guarded by
@@ -53,62 +67,10 @@ _GUARDED = {
     "builtins.isinstance": lambda: builtins.isinstance,
     "json.dumps": lambda: json.dumps,
     "os.write": lambda: os.write,
+    "torch.UntypedStorage._share_cuda_": lambda: torch.UntypedStorage._share_cuda_,
 }
 
-
-def _flags() -> dict[str, Any]:
-    """Global state that changes what is measured. cudnn.benchmark is left out on purpose: it is a
-    legitimate per-process choice that cannot reach the reference, which runs in another process."""
-    state: dict[str, Any] = {
-        "torch.get_num_threads": torch.get_num_threads(),
-        "torch.get_num_interop_threads": torch.get_num_interop_threads(),
-        "torch.get_default_dtype": str(torch.get_default_dtype()),
-        "torch.are_deterministic_algorithms_enabled": torch.are_deterministic_algorithms_enabled(),
-        "python_threads": threading.active_count(),
-        # set_flush_denormal has no getter: probe it (a denormal survives x * 1 unless flushing is on)
-        "flush_denormal": bool((torch.tensor([1e-40], dtype=torch.float32) * 1.0).item() == 0.0),
-    }
-    return state
-
-
-def _precision_flags() -> dict[str, Any]:
-    return {
-        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-        "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-    }
-
-
-class _L2:
-    """Flush L2 before every timed call and drop persisting-L2 lines, so neither a warm cache nor an
-    access-policy window set by the candidate survives from one call into the next."""
-
-    def __init__(self, device: torch.device, enabled: bool) -> None:
-        self.enabled = enabled and device.type == "cuda"
-        self.buf: torch.Tensor | None = None
-        self.driver = None
-        if not self.enabled:
-            return
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
-        self.buf = torch.empty(int(2 * l2) // 4 + 1, dtype=torch.float32, device=device)
-        try:
-            import ctypes
-
-            self.driver = ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            self.driver = None
-
-    def __call__(self) -> None:
-        if not self.enabled:
-            return
-        if self.driver is not None:
-            # CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06; then evict every persisting line.
-            self.driver.cuCtxSetLimit(0x06, 0)
-            self.driver.cuCtxResetPersistingL2Cache()
-        assert self.buf is not None
-        self.buf.zero_()
+_PROBES = ("fingerprint", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
 
 
 def _load_module(path: str, name: str) -> types.ModuleType:
@@ -121,81 +83,16 @@ def _load_module(path: str, name: str) -> types.ModuleType:
     return module
 
 
-def _to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    return obj
-
-
-def _fingerprint(outputs: list[Any], seed: int) -> list[list[float]]:
-    """Per output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern drawn from the
-    call's seed. Taken on every timed call, so no call goes unchecked even if a candidate could tell
-    which calls are spot-checked; a fake output would have to match sums of the real one it never
-    computed (for a matmul, sum x*w costs as much as the product itself)."""
-    prints = []
-    for o in outputs:
-        if not isinstance(o, torch.Tensor):
-            prints.append([1.0, float(o), abs(float(o)), float(o), float(o) ** 2])
-            continue
-        x = o.detach().reshape(-1)
-        if not x.is_floating_point():
-            x = x.to(torch.float64)
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(seed)
-        # int8 signs and float64 accumulation without float64 copies: a few passes over the output,
-        # no more (this runs after every timed call, outside the timed region).
-        w = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).mul_(2).sub_(1)
-        f64 = torch.float64
-        sums = torch.stack([x.sum(dtype=f64), x.abs().sum(dtype=f64), (x * w).sum(dtype=f64), (x * x).sum(dtype=f64)])
-        prints.append([float(x.numel()), *sums.tolist()])
-    return prints
-
-
-def _flatten(out: Any) -> tuple[str, list[Any]]:
-    if isinstance(out, (tuple, list)):
-        return "sequence", list(out)
-    return "single", [out]
-
-
-def _storage_span(t: torch.Tensor) -> tuple[int, int] | None:
-    if t.device.type == "meta" or t.numel() == 0:
-        return None
-    start = t.untyped_storage().data_ptr()
-    return (start, start + t.untyped_storage().nbytes())
-
-
-def _inspect_outputs(outputs: list[Any], inputs: list[Any], device: torch.device) -> list[str]:
-    """Problems with the objects themselves (not their values, which the parent compares)."""
-    problems = []
-    in_spans = [s for x in inputs if isinstance(x, torch.Tensor) and (s := _storage_span(x))]
-    for i, o in enumerate(outputs):
-        if not isinstance(o, torch.Tensor):
-            if isinstance(o, (int, float, bool)):
-                continue
-            problems.append(f"output {i} is a {type(o).__name__}, not a tensor")
-            continue
-        if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
-            problems.append(f"output {i} is a {type(o).__name__}, not a plain torch.Tensor")
-            continue
-        if o.device != device and not (o.device.type == device.type and device.index is None):
-            problems.append(f"output {i} is on {o.device}, expected {device}")
-        if o.numel() > 0 and (o.untyped_storage().nbytes() == 0 or o.data_ptr() == 0):
-            problems.append(f"output {i} has no storage (lazy or fake tensor)")
-        span = _storage_span(o)
-        if span and any(span[0] < e and s < span[1] for s, e in in_spans):
-            problems.append(f"output {i} shares memory with an input (returns or aliases an input)")
-    return problems
-
-
 def _own_code() -> dict[str, Any]:
     """The harness's own methods and helpers: a candidate that wraps them (found through gc or
     sys.modules) to rewrite replies is caught by identity, like a patched torch function."""
     names = {f"Worker.{n}": getattr(Worker, n) for n in ("load", "run", "time_trial", "reference_outputs",
-                                                         "_forward", "_inputs_for", "_sync", "violations")}
+                                                         "_forward", "_inputs_for", "_sync", "_ship", "violations")}
     module = sys.modules[__name__]
-    names.update({n: getattr(module, n) for n in ("_fingerprint", "_inspect_outputs", "_flatten", "_to_device")})
+    names.update({f"worker.{n}": getattr(module, n) for n in _PROBES})
+    names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
+    names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_pack_tensor")})
+    names["L2Flush.__call__"] = L2Flush.__call__
     return names
 
 
@@ -213,21 +110,22 @@ class Worker:
         self.own: dict[str, Any] = {}
         self.flags: dict[str, Any] = {}
         self.precision: dict[str, Any] = {}
-        self.l2: _L2 | None = None
+        self.l2: L2Flush | None = None
+        self.keep: list[torch.Tensor] = []  # tensors exported to the parent, held until the next command
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
         self.guards = {k: get() for k, get in _GUARDED.items()}
         self.own = _own_code()
-        self.flags = _flags()
-        self.precision = _precision_flags()
+        self.flags = global_flags()
+        self.precision = precision_flags()
 
     def violations(self) -> dict[str, list[str]]:
         patched = [k for k, get in _GUARDED.items() if get() is not self.guards.get(k)]
         patched += [k for k, v in _own_code().items() if v is not self.own.get(k)]
-        now = _flags()
+        now = global_flags()
         changed = [f"{k}: {self.flags[k]} -> {now[k]}" for k in self.flags if now[k] != self.flags[k]]
-        prec = _precision_flags()
+        prec = precision_flags()
         precision = [f"{k}: {self.precision[k]} -> {prec[k]}" for k in self.precision if prec[k] != self.precision[k]]
         return {"patched": patched, "changed": changed, "precision": precision}
 
@@ -241,11 +139,11 @@ class Worker:
         self.reference = _load_module(msg["reference_path"], "cudal1_reference")
         if self.device.type == "cuda":
             torch.zeros(1, device=self.device)  # create the context before the snapshot
-        if msg["role"] == "candidate" and _uses_compile(msg["candidate_path"]):
+        if msg["role"] == "candidate" and uses_compile(msg["candidate_path"]):
             # torch.compile starts its own helper threads once per process (a tqdm monitor, a compile
             # pool): start them before the snapshot so only threads the candidate starts count.
             torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
-        self.l2 = _L2(self.device, self.flush_l2)
+        self.l2 = L2Flush(self.device, self.flush_l2)
         self._snapshot()
         if msg["role"] == "candidate":
             module = _load_module(msg["candidate_path"], "cudal1_candidate")
@@ -273,37 +171,38 @@ class Worker:
         _manual_seed(seed)
         with torch.device(self.device):
             inputs = self.reference.get_inputs()
-        return list(_to_device(inputs, self.device))
+        return list(to_device(inputs, self.device))
 
     def _forward(self, inputs: list[Any]) -> Any:
         assert self.model is not None
         with torch.no_grad():
             return self.model(*inputs)
 
+    def _ship(self, obj: Any, out_path: str | None) -> dict[str, Any]:
+        return transport.ship(obj, out_path, self.device.type == "cuda", self.keep)
+
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Reference role only: inputs and outputs for each seed, written for the parent to read."""
+        """Reference role only: inputs and outputs for each seed, sent to the parent."""
         records = []
         for seed in msg["seeds"]:
             inputs = self._inputs_for(seed)
             originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
             out = self._forward(inputs)
             self._sync()
-            structure, outputs = _flatten(out)
+            structure, outputs = flatten(out)
             records.append({
                 "seed": seed,
                 "inputs": originals,
                 "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs],
                 "structure": structure,
             })
-        torch.save(records, msg["out_path"])
-        return {"ok": True, "count": len(records)}
+        return {"ok": True, "count": len(records)} | self._ship(records, msg.get("out_path"))
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """One correctness trial on inputs chosen by the parent; optionally into last trial's buffers."""
-        loaded = torch.load(msg["inputs_path"], weights_only=True, map_location=self.device)
-        os.unlink(msg["inputs_path"])
-        fresh = list(_to_device(loaded, self.device))
-        if msg.get("reuse") and self.previous_inputs is not None and _same_layout(self.previous_inputs, fresh):
+        """One correctness trial on inputs generated from the parent's seed (the parent checks they are
+        bit-identical to the reference's); optionally copied into the last trial's buffers."""
+        fresh = self._inputs_for(msg["seed"])
+        if msg.get("reuse") and self.previous_inputs is not None and same_layout(self.previous_inputs, fresh):
             for old, new in zip(self.previous_inputs, fresh):
                 if isinstance(old, torch.Tensor):
                     old.copy_(new)  # same addresses, new contents: defeats caches keyed on data_ptr
@@ -311,18 +210,19 @@ class Worker:
         else:
             inputs = fresh
         self.previous_inputs = inputs
+        self._sync()
         t0 = time.perf_counter()
         out = self._forward(inputs)
         self._sync()
         forward_ms = (time.perf_counter() - t0) * 1e3
-        structure, outputs = _flatten(out)
-        problems = _inspect_outputs(outputs, inputs, self.device)
+        structure, outputs = flatten(out)
+        problems = inspect_outputs(outputs, inputs, self.device)
         payload = {
             "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs] if not problems else [],
             "inputs_after": [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs],
         }
-        torch.save(payload, msg["out_path"])
-        return {"ok": True, "structure": structure, "problems": problems, "forward_ms": forward_ms}
+        return {"ok": True, "structure": structure, "problems": problems, "forward_ms": forward_ms} | \
+            self._ship(payload, msg.get("out_path"))
 
     def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Timed calls, each on inputs generated for it alone from its own seed (a cache keyed on
@@ -352,40 +252,22 @@ class Worker:
             else:
                 ms.append((t1 - t0) * 1e3)
             host_ms.append((t1 - t0) * 1e3)
-            _, outputs = _flatten(out)
+            _, outputs = flatten(out)
             # Every call, before anything touches the output: a plain tensor, or a lazy object whose
             # work would run inside the fingerprint, after the clock stopped.
             fake = [type(o).__name__ for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
             if fake:
                 return {"ok": True, "ms": ms, "host_ms": host_ms,
                         "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
-            prints.append(_fingerprint(outputs, seed))
+            prints.append(fingerprint(outputs, seed))
             if i in spot:
-                problems = _inspect_outputs(outputs, inputs, self.device)
+                problems = inspect_outputs(outputs, inputs, self.device)
                 if problems:
                     return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": problems}
                 spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
             del out, inputs, outputs
-        if msg.get("spot_path"):
-            torch.save(spots, msg["spot_path"])
-        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints, "problems": []}
-
-
-def _uses_compile(path: str) -> bool:
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    return "torch.compile" in text or "_dynamo" in text or "_inductor" in text
-
-
-def _same_layout(a: list[Any], b: list[Any]) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype or x.device != y.device):
-            return False
-    return True
+        shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
+        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints, "problems": []} | shipped
 
 
 def _limit_resources(memory_limit_mb: int, cuda: bool) -> None:
@@ -431,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         msg = json.loads(line)
         if msg["cmd"] == "exit":
             break
+        worker.keep = []  # the parent copied the last command's exports before sending this one
         try:
             reply = handlers[msg["cmd"]](msg)
         except SyntaxError as exc:

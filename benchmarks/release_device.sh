@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The release re-measurement as run on the GPU machine (torch + the cudal1 core only), from the repository
+# root. Cold run (empty build cache), then a second run on the warm cache, which is also the two-run
+# agreement check. Results and logs under $OUT (default /tmp/cudal1-release).
+#
+#   RELEASE=carry/h100.jsonl DEVICES=cuda:0 [ROWS=L1-1,L2-5 | LIMIT=40] [RUNS=2] [TRIALS=5] \
+#       bash benchmarks/release_device.sh
+set -euo pipefail
+OUT=${OUT:-/tmp/cudal1-release}
+RELEASE=${RELEASE:-carry/h100.jsonl}
+DEVICES=${DEVICES:-cuda:0}
+RUNS=${RUNS:-2}
+TRIALS=${TRIALS:-5}
+mkdir -p "$OUT"
+# Sandboxed workers run as fresh uids: they must be able to traverse to the interpreter and the code.
+for p in $(python3 -c "import sys,os;print(os.path.realpath(sys.executable), sys.base_prefix, os.getcwd())"); do
+  d=$p; while [ "$d" != / ]; do [ -d "$d" ] && chmod o+x "$d"; d=$(dirname "$d"); done
+done
+export PYTHONPATH=.
+rm -rf /tmp/cudal1-extensions  # cold: nothing built yet
+extra=()
+[ -n "${ROWS:-}" ] && extra+=(--rows "$ROWS")
+[ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
+previous=()
+for run in $(seq 1 "$RUNS"); do
+  python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
+      --out "$OUT/run$run" "${extra[@]}" "${previous[@]}" > "$OUT/run$run.log" 2>&1 || true
+  tail -n 1 "$OUT/run$run.log"
+  previous=(--agree-with "$OUT/run$run/results.jsonl")
+done

@@ -1,0 +1,153 @@
+"""Checks and measurements the worker runs on its own program: global-state snapshots, the L2 flush,
+output fingerprints and object inspection. Split from :mod:`cudal1.evaluator.worker`, whose identity
+checks cover these functions too (a candidate that replaced one is caught like a patched torch function).
+
+torch and the standard library only: the GPU evaluation worker imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+
+def global_flags() -> dict[str, Any]:
+    """Global state that changes what is measured. cudnn.benchmark is left out on purpose: it is a
+    legitimate per-process choice that cannot reach the reference, which runs in another process."""
+    state: dict[str, Any] = {
+        "torch.get_num_threads": torch.get_num_threads(),
+        "torch.get_num_interop_threads": torch.get_num_interop_threads(),
+        "torch.get_default_dtype": str(torch.get_default_dtype()),
+        "torch.are_deterministic_algorithms_enabled": torch.are_deterministic_algorithms_enabled(),
+        "python_threads": threading.active_count(),
+        # set_flush_denormal has no getter: probe it (a denormal survives x * 1 unless flushing is on)
+        "flush_denormal": bool((torch.tensor([1e-40], dtype=torch.float32) * 1.0).item() == 0.0),
+    }
+    return state
+
+
+def precision_flags() -> dict[str, Any]:
+    return {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+
+
+class L2Flush:
+    """Flush L2 before every timed call and drop persisting-L2 lines, so neither a warm cache nor an
+    access-policy window set by the candidate survives from one call into the next."""
+
+    def __init__(self, device: torch.device, enabled: bool) -> None:
+        self.enabled = enabled and device.type == "cuda"
+        self.buf: torch.Tensor | None = None
+        self.driver = None
+        if not self.enabled:
+            return
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+        self.buf = torch.empty(int(2 * l2) // 4 + 1, dtype=torch.float32, device=device)
+        try:
+            import ctypes
+
+            self.driver = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            self.driver = None
+
+    def __call__(self) -> None:
+        if not self.enabled:
+            return
+        if self.driver is not None:
+            # CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06; then evict every persisting line.
+            self.driver.cuCtxSetLimit(0x06, 0)
+            self.driver.cuCtxResetPersistingL2Cache()
+        assert self.buf is not None
+        self.buf.zero_()
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(o, device) for o in obj)
+    return obj
+
+
+def fingerprint(outputs: list[Any], seed: int) -> list[list[float]]:
+    """Per output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern drawn from the
+    call's seed. Taken on every timed call, so no call goes unchecked even if a candidate could tell
+    which calls are spot-checked; a fake output would have to match sums of the real one it never
+    computed (for a matmul, sum x*w costs as much as the product itself)."""
+    prints = []
+    for o in outputs:
+        if not isinstance(o, torch.Tensor):
+            prints.append([1.0, float(o), abs(float(o)), float(o), float(o) ** 2])
+            continue
+        x = o.detach().reshape(-1)
+        if not x.is_floating_point():
+            x = x.to(torch.float64)
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(seed)
+        # int8 signs and float64 accumulation without float64 copies: a few passes over the output,
+        # no more (this runs after every timed call, outside the timed region).
+        w = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).mul_(2).sub_(1)
+        f64 = torch.float64
+        sums = torch.stack([x.sum(dtype=f64), x.abs().sum(dtype=f64), (x * w).sum(dtype=f64), (x * x).sum(dtype=f64)])
+        prints.append([float(x.numel()), *sums.tolist()])
+    return prints
+
+
+def flatten(out: Any) -> tuple[str, list[Any]]:
+    if isinstance(out, (tuple, list)):
+        return "sequence", list(out)
+    return "single", [out]
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int] | None:
+    if t.device.type == "meta" or t.numel() == 0:
+        return None
+    start = t.untyped_storage().data_ptr()
+    return (start, start + t.untyped_storage().nbytes())
+
+
+def inspect_outputs(outputs: list[Any], inputs: list[Any], device: torch.device) -> list[str]:
+    """Problems with the objects themselves (not their values, which the parent compares)."""
+    problems = []
+    in_spans = [s for x in inputs if isinstance(x, torch.Tensor) and (s := storage_span(x))]
+    for i, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            if isinstance(o, (int, float, bool)):
+                continue
+            problems.append(f"output {i} is a {type(o).__name__}, not a tensor")
+            continue
+        if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
+            problems.append(f"output {i} is a {type(o).__name__}, not a plain torch.Tensor")
+            continue
+        if o.device != device and not (o.device.type == device.type and device.index is None):
+            problems.append(f"output {i} is on {o.device}, expected {device}")
+        if o.numel() > 0 and (o.untyped_storage().nbytes() == 0 or o.data_ptr() == 0):
+            problems.append(f"output {i} has no storage (lazy or fake tensor)")
+        span = storage_span(o)
+        if span and any(span[0] < e and s < span[1] for s, e in in_spans):
+            problems.append(f"output {i} shares memory with an input (returns or aliases an input)")
+    return problems
+
+
+def uses_compile(path: str) -> bool:
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    return "torch.compile" in text or "_dynamo" in text or "_inductor" in text
+
+
+def same_layout(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype or x.device != y.device):
+            return False
+    return True
