@@ -87,13 +87,22 @@ def main() -> None:
         "rows": len(rows), "evaluations": len(mine), "wall_s": round(wall, 1),
         "per_evaluation_s": round(wall / max(len(candidates), 1), 2), "statuses": dict(statuses),
         "median_speedup": statistics.median(speedups) if speedups else None,
-        "time_split_s": time_split(mine), "config": config.to_dict(), "cpu_count": os.cpu_count(),
+        "time_split_s": time_split(mine), "eval_s": spread([e.eval_s or 0.0 for e in mine]), "config": config.to_dict(), "cpu_count": os.cpu_count(),
         "devices": args.devices,
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, default=str))
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, 90th percentile and max of per-evaluation seconds."""
+    if not values:
+        return {}
+    v = sorted(values)
+    return {"median": round(statistics.median(v), 2), "p90": round(v[int(0.9 * (len(v) - 1))], 2),
+            "max": round(v[-1], 2)}
 
 
 def time_split(evaluations: list) -> dict[str, float]:

@@ -7,6 +7,7 @@ generate their inputs from seeds the parent sends; the parent checks the candida
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -65,12 +66,41 @@ def compare_device(config: EvalConfig) -> str:
     return "cpu"
 
 
-def _receive(reply: dict[str, Any], path: Path, config: EvalConfig) -> Any:
-    """What a worker's reply carried (by CUDA IPC or a file), on the compare device; None if nothing."""
+@functools.cache
+def fd_transport_works(device: str) -> bool:
+    """Whether a sandboxed worker's device memory reaches this process as a file descriptor: probed once
+    per device and process. When it does not (no POSIX-descriptor support in the driver), workers send
+    tensors as files: slower, same checks."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return False
+    root = Path(tempfile.mkdtemp(prefix="cudal1-probe-", dir=scratch_root()))
+    root.chmod(0o711)
+    try:
+        with WorkerProcess(WorkerSpec(device, flush_l2=False), root / "probe", "probe") as worker:
+            worker.wait_ready(120.0)
+            reply = worker.call({"cmd": "probe", "out_path": str(worker.workdir / "probe.pt")}, 60.0)
+            if "block" not in reply:
+                return False
+            got = receive(reply, worker.workdir / "probe.pt", device, worker.fd_sock)
+            return bool(torch.equal(got["probe"], torch.arange(1000, dtype=torch.float32, device=device)))
+    except (WorkerFailure, TransportError, RuntimeError, OSError):
+        return False
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def worker_spec(config: EvalConfig, **extra: Any) -> WorkerSpec:
+    """The spec every timed worker of this config gets."""
+    return WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
+                      fd_transport=fd_transport_works(config.device), **extra)
+
+
+def _receive(reply: dict[str, Any], path: Path, config: EvalConfig, worker: WorkerProcess) -> Any:
+    """What a worker's reply carried (device memory or a file), on the compare device; None if nothing."""
     if "payload" not in reply and not reply.get("payload_file"):
         path.unlink(missing_ok=True)
         return None
-    return receive(reply, path, compare_device(config))
+    return receive(reply, path, compare_device(config), worker.fd_sock)
 
 
 class Verdict(Exception):
@@ -122,8 +152,7 @@ class ReferenceSession:
         self.path = self.root / "reference" / "reference.py"
         self.path.parent.mkdir(mode=0o700)
         self.path.write_text(problem.source)
-        spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2)
-        self.worker = WorkerProcess(spec, self.root / "reference", "reference")
+        self.worker = WorkerProcess(worker_spec(config), self.root / "reference", "reference")
         self.build_s = 0.0
         self._loaded = False
         self._failure = ""
@@ -152,17 +181,23 @@ class ReferenceSession:
         self._loaded = True
 
     def records(self, seeds: list[int]) -> list[dict[str, Any]]:
+        """Inputs and outputs of the reference for each seed, in the parent's memory. One seed per
+        command, so the worker never holds more than one record's export at a time."""
         self.load()
-        out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
-        reply = self.worker.call({"cmd": "reference", "seeds": seeds, "out_path": str(out)}, self.config.run_timeout_s)
-        if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
-        try:
-            records = _receive(reply, out, self.config)
-        except TransportError as exc:
-            raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
-        if not isinstance(records, list) or len(records) != len(seeds):
-            raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(records).__name__}, not records")
+        records: list[dict[str, Any]] = []
+        for seed in seeds:
+            out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
+            reply = self.worker.call({"cmd": "reference", "seeds": [seed], "out_path": str(out)},
+                                     self.config.run_timeout_s)
+            if not reply.get("ok"):
+                raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
+            try:
+                got = _receive(reply, out, self.config, self.worker)
+            except TransportError as exc:
+                raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
+            if not isinstance(got, list) or len(got) != 1:
+                raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(got).__name__}, not records")
+            records += got
         return records
 
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
@@ -174,7 +209,7 @@ class ReferenceSession:
         if not reply.get("ok"):
             raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
         try:
-            spots = _receive(reply, spot_path, self.config)
+            spots = _receive(reply, spot_path, self.config, self.worker)
         except TransportError as exc:
             raise ReferenceError(f"{self.problem.problem_id}: reference spot outputs unreadable: {exc}") from exc
         return reply, wall, spots or {}
@@ -227,7 +262,7 @@ def _correctness(run: _Run) -> int:
                                 cfg.run_timeout_s)
         _check_reply(reply, f"correctness trial {k + 1}")
         _check_integrity(reply, run.worker, run.flags)
-        payload = _candidate_payload(reply, out_path, cfg, f"correctness trial {k + 1}")
+        payload = _candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
         if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
                 or not isinstance(payload.get("inputs_after"), list):
             raise Verdict(Status.RUNTIME_ERROR, f"correctness trial {k + 1}: the worker sent no outputs")
@@ -255,13 +290,15 @@ def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], flo
     wall = time.perf_counter() - t0
     _check_reply(reply, "timing")
     _check_integrity(reply, run.worker, run.flags)
-    spots = _candidate_payload(reply, spot_path, run.config, "timing")
+    spots = _candidate_payload(reply, spot_path, run, "timing")
     return reply, wall, spots if isinstance(spots, dict) else {}
 
 
-def _candidate_payload(reply: dict[str, Any], path: Path, config: EvalConfig, what: str) -> Any:
+def _candidate_payload(reply: dict[str, Any], path: Path, run: _Run, what: str) -> Any:
+    if reply.get("transport_fallback"):
+        run.flags.add("file_transport")
     try:
-        return _receive(reply, path, config)
+        return _receive(reply, path, run.config, run.worker)
     except TransportError as exc:
         raise Verdict(Status.REJECTED, f"{what}: the worker's reply described tensors the harness cannot read "
                       f"({exc})") from exc
@@ -408,9 +445,7 @@ def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: Eva
     (work / "candidate.py").write_text(candidate.source)
     (work / "reference.py").write_text(problem.source)
     ext_root = extensions_root or default_extensions_root()
-    spec = WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
-                      extensions_dir=ext_root / candidate.sha256[:16])
-    return WorkerProcess(spec, work, "candidate")
+    return WorkerProcess(worker_spec(config, extensions_dir=ext_root / candidate.sha256[:16]), work, "candidate")
 
 
 def device_name(device: str) -> str:

@@ -9,6 +9,7 @@ import os
 import secrets
 import selectors
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -40,6 +41,7 @@ class WorkerSpec:
     extensions_dir: Path | None = None  # TORCH_EXTENSIONS_DIR: keyed by candidate hash, shared across runs
     sandbox_user: bool = True  # when the parent is root: run the worker as a fresh, unprivileged uid
     hide_gpus: bool = False  # CUDA_VISIBLE_DEVICES="" (build workers: compile without touching a GPU)
+    fd_transport: bool = True  # CUDA: hand device memory over as file descriptors (else files)
 
 
 @functools.cache
@@ -98,6 +100,11 @@ class WorkerProcess:
         self.uid = _fresh_uid() if spec.sandbox_user else None
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
+        # CUDA workers hand device memory to the parent as file descriptors (cudal1.evaluator.transport).
+        self.fd_sock: socket.socket | None = None
+        child_sock: socket.socket | None = None
+        if spec.device.startswith("cuda") and not spec.hide_gpus and spec.fd_transport:
+            self.fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
         env.update({
             "PYTHONPATH": _repo_root(),
@@ -137,12 +144,18 @@ class WorkerProcess:
                 "--memory-limit-mb", str(spec.memory_limit_mb)]
         if not spec.flush_l2:
             argv.append("--no-flush-l2")
+        pass_fds = [cmd_r, rep_w]
+        if child_sock is not None:
+            argv += ["--fd-sock", str(child_sock.fileno())]
+            pass_fds.append(child_sock.fileno())
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
-            pass_fds=(cmd_r, rep_w), start_new_session=True, **sandbox,  # type: ignore[arg-type]
+            pass_fds=pass_fds, start_new_session=True, **sandbox,  # type: ignore[arg-type]
         )
         os.close(cmd_r)
         os.close(rep_w)
+        if child_sock is not None:
+            child_sock.close()
         self._buffer = b""
         self._ready: bool = False
 
@@ -157,6 +170,10 @@ class WorkerProcess:
 
     def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.wait_ready()
+        if self.fd_sock is not None:
+            from cudal1.evaluator.transport import drain
+
+            drain(self.fd_sock)  # nothing sent before this command can pass for its reply's memory
         nonce = secrets.token_hex(8)
         try:
             os.write(self._cmd_w, (json.dumps(msg | {"nonce": nonce}) + "\n").encode())
@@ -267,6 +284,11 @@ class WorkerProcess:
                 os.close(fd)
             except OSError:
                 pass
+        if self.fd_sock is not None:
+            from cudal1.evaluator.transport import drain
+
+            drain(self.fd_sock)
+            self.fd_sock.close()
         self._log.close()
 
     def __enter__(self) -> WorkerProcess:

@@ -1,26 +1,31 @@
 """How tensors cross from a worker to the parent.
 
-CUDA: the worker exports each tensor's storage as a CUDA IPC handle (the mechanism torch.multiprocessing
-uses) and the parent maps it and copies it device to device: no bytes pass through host memory or files.
-Through ``torch.save`` files on /dev/shm a 1 GB output cost seconds per transfer on the H200 (run C in
-docs/gpu-runs.md), and a full evaluation moves outputs a dozen times.
+CUDA: the worker copies the tensors of one reply into one block of exportable device memory
+(:mod:`cudal1.evaluator.cuda_vmm`) and passes its file descriptor over a Unix socket (SCM_RIGHTS); the
+parent maps the block and copies each tensor out, device to device: no bytes pass through host memory or
+files. Through ``torch.save`` files on /dev/shm a 1 GB output cost seconds per transfer on the H200 (run C
+in docs/gpu-runs.md), and one evaluation moves outputs a dozen times. If the export fails (a driver
+without POSIX-descriptor handles), the worker falls back to a file for that reply.
 
 CPU: a ``torch.save`` file at a path the parent chose, read back with ``weights_only=True``.
 
-The parent never unpickles anything a worker wrote. The IPC descriptor is JSON (handles in base64) and is
-checked before use: the dtype comes from a fixed list, sizes and strides are non-negative integers, the
-device is the one the parent expects, and ``set_`` refuses a view that does not fit the exported storage.
+The parent never unpickles anything a worker wrote. The descriptor is JSON and is checked before use: the
+dtype comes from a fixed list, shapes are non-negative integers, every tensor lies inside the block, and
+the block's size is bounded.
 
 This module imports torch and the standard library only: the worker imports it.
 """
 
 from __future__ import annotations
 
-import base64
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from cudal1.evaluator.cuda_vmm import Mapping
 
 TAG = "__cudal1_tensor__"
 
@@ -35,60 +40,74 @@ class TransportError(ValueError):
     """A worker's reply described tensors the parent cannot (or must not) map."""
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: Any) -> bytes | None:
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise TransportError("an IPC handle is not a string")
-    return base64.b64decode(text.encode("ascii"), validate=True)
-
-
 # --- worker side ---------------------------------------------------------------------------------------
 
-def pack(obj: Any, keep: list[torch.Tensor]) -> Any:
-    """A JSON-able copy of ``obj`` (lists, tuples, dicts, scalars) with every CUDA tensor replaced by an
-    IPC descriptor. Exported tensors are appended to ``keep``: the worker holds them until its next
-    command, by which time the parent has copied them."""
+_ALIGN = 256
+MAX_BLOCK = 64 * 2**30  # the parent refuses to map more than this for one reply
+
+
+def _describe(obj: Any, tensors: list[tuple[torch.Tensor, int]], end: list[int]) -> Any:
     if isinstance(obj, torch.Tensor):
-        return _pack_tensor(obj, keep)
+        t = obj.detach()
+        if t.device.type != "cuda":
+            raise TypeError(f"a tensor on {t.device} cannot travel through device memory")
+        desc: dict[str, Any] = {TAG: 1, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        if t.numel() == 0:
+            return desc | {"empty": True}
+        offset = -(-end[0] // _ALIGN) * _ALIGN
+        nbytes = t.numel() * t.element_size()
+        end[0] = offset + nbytes
+        tensors.append((t, offset))
+        return desc | {"offset": offset, "nbytes": nbytes}
     if isinstance(obj, dict):
-        return {str(k): pack(v, keep) for k, v in obj.items()}
+        return {str(k): _describe(v, tensors, end) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [pack(v, keep) for v in obj]
+        return [_describe(v, tensors, end) for v in obj]
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(f"cannot send a {type(obj).__name__} to the parent")
 
 
-def _pack_tensor(t: torch.Tensor, keep: list[torch.Tensor]) -> dict[str, Any]:
-    t = t.detach()
-    if t.device.type != "cuda":
-        raise TypeError(f"a tensor on {t.device} cannot travel by CUDA IPC")
-    desc: dict[str, Any] = {TAG: 1, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                            "stride": list(t.stride()), "offset": t.storage_offset()}
-    storage = t.untyped_storage()
-    if t.numel() == 0 or storage.nbytes() == 0:
-        desc["empty"] = True
-        return desc
-    device, handle, size, storage_offset, ref, ref_offset, event, sync = storage._share_cuda_()
-    keep.append(t)
-    desc.update(device=int(device), handle=_b64(handle), size=int(size), storage_offset=int(storage_offset),
-                ref=_b64(ref), ref_offset=int(ref_offset), event=_b64(event), sync=bool(sync))
-    return desc
+def pack(obj: Any, keep: list[Any], sock: socket.socket | None) -> dict[str, Any]:
+    """Worker side: ``obj`` as JSON with its CUDA tensors copied into one exported block whose descriptor
+    goes to the parent over ``sock``. The block is appended to ``keep``: the worker holds it until its
+    next command, by which time the parent has copied it."""
+    tensors: list[tuple[torch.Tensor, int]] = []
+    end = [0]
+    payload = _describe(obj, tensors, end)
+    if not tensors:
+        return {"payload": payload}
+    if sock is None:
+        raise RuntimeError("no descriptor socket to the parent")
+    device = tensors[0][0].device
+    mapping = Mapping.allocate(end[0], device)
+    try:
+        for t, offset in tensors:
+            nbytes = t.numel() * t.element_size()
+            mapping.bytes[offset:offset + nbytes].view(t.dtype).view(t.shape).copy_(t)
+        torch.cuda.synchronize(device)
+        socket.send_fds(sock, [b"cudal1"], [mapping.fd])
+    except BaseException:
+        mapping.release()
+        raise
+    keep.append(mapping)
+    return {"payload": payload, "block": mapping.size}
 
 
-def ship(obj: Any, out_path: str | None, cuda: bool, keep: list[torch.Tensor]) -> dict[str, Any]:
-    """Worker side: the reply fields that carry ``obj`` — IPC descriptors on CUDA, else a file."""
+def ship(obj: Any, out_path: str | None, cuda: bool, keep: list[Any], sock: socket.socket | None = None
+         ) -> dict[str, Any]:
+    """Worker side: the reply fields that carry ``obj`` — an exported block on CUDA, else a file (also the
+    fallback when the export fails)."""
+    note = {}
     if cuda:
-        return {"payload": pack(obj, keep)}
+        try:
+            return pack(obj, keep, sock)
+        except (RuntimeError, OSError, TypeError) as exc:
+            note = {"transport_fallback": str(exc)[:300]}
     if out_path is None:
-        raise ValueError("a CPU worker needs an out_path to write tensors to")
+        raise ValueError("a worker needs an out_path to write tensors to")
     torch.save(obj, out_path)
-    return {"payload_file": True}
+    return {"payload_file": True} | note
 
 
 # --- parent side ---------------------------------------------------------------------------------------
@@ -100,65 +119,107 @@ def _int_list(value: Any, what: str) -> list[int]:
     return value
 
 
-def _unpack_tensor(desc: dict[str, Any], device: torch.device) -> torch.Tensor:
+def _unpack_tensor(desc: dict[str, Any], device: torch.device, block: Mapping | None) -> torch.Tensor:
     dtype = _DTYPES.get(desc.get("dtype"))  # type: ignore[arg-type]
     if dtype is None:
         raise TransportError(f"unsupported dtype {desc.get('dtype')!r}")
     shape = _int_list(desc.get("shape"), "shape")
-    stride = _int_list(desc.get("stride"), "stride")
-    offset = desc.get("offset")
-    if len(stride) != len(shape) or not isinstance(offset, int) or offset < 0:
-        raise TransportError("inconsistent tensor layout")
+    numel = 1
+    for s in shape:
+        numel *= s
     if desc.get("empty"):
-        numel = 1
-        for s in shape:
-            numel *= s
         if numel:
             raise TransportError("a tensor with elements but no storage (lazy or fake)")
         return torch.empty(shape, dtype=dtype, device=device)
-    if device.type != "cuda" or desc.get("device") != device.index:
-        raise TransportError(f"a tensor exported from cuda:{desc.get('device')}, expected {device}")
-    for key in ("size", "storage_offset", "ref_offset"):
-        if not isinstance(desc.get(key), int) or desc[key] < 0:
-            raise TransportError(f"bad {key}")
-    storage = torch.UntypedStorage._new_shared_cuda(  # type: ignore[attr-defined]
-        device.index, _unb64(desc.get("handle")), desc["size"], desc["storage_offset"], _unb64(desc.get("ref")),
-        desc["ref_offset"], _unb64(desc.get("event")), bool(desc.get("sync")))
-    view = torch.empty((0,), dtype=dtype, device=device)
-    view.set_(storage, offset, shape, stride)  # raises when the view does not fit the storage
-    return view.clone()  # the parent's own copy; the mapping is released when `storage` dies
+    offset, nbytes = desc.get("offset"), desc.get("nbytes")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or offset % _ALIGN \
+            or nbytes != numel * itemsize:
+        raise TransportError("inconsistent tensor layout")
+    if block is None:
+        raise TransportError("a tensor described without the block that holds it")
+    if offset + nbytes > block.size:
+        raise TransportError(f"a tensor at bytes {offset}..{offset + nbytes} lies outside the {block.size}-byte block")
+    return block.bytes[offset:offset + nbytes].view(dtype).view(shape).clone()  # the parent's own copy
 
 
-def unpack(obj: Any, device: torch.device | str) -> Any:
+def unpack(obj: Any, device: torch.device | str, block: Mapping | None = None) -> Any:
     """Parent side: ``obj`` with every descriptor replaced by the parent's own copy of the tensor."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    out = _unpack(obj, device)
+    out = _unpack(obj, device, block)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)  # copies done: the worker may free or reuse the memory
+        torch.cuda.synchronize(device)  # copies done: the block may be unmapped
     return out
 
 
-def _unpack(obj: Any, device: torch.device) -> Any:
+def _unpack(obj: Any, device: torch.device, block: Mapping | None) -> Any:
     if isinstance(obj, dict):
         if obj.get(TAG) == 1:
             try:
-                return _unpack_tensor(obj, device)
+                return _unpack_tensor(obj, device, block)
             except TransportError:
                 raise
             except (RuntimeError, ValueError, TypeError) as exc:
-                raise TransportError(f"could not map a tensor the worker exported: {exc}") from exc
-        return {k: _unpack(v, device) for k, v in obj.items()}
+                raise TransportError(f"could not read a tensor the worker exported: {exc}") from exc
+        return {k: _unpack(v, device, block) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_unpack(v, device) for v in obj]
+        return [_unpack(v, device, block) for v in obj]
     return obj
 
 
-def receive(reply: dict[str, Any], path: Path, device: torch.device | str) -> Any:
-    """Parent side: what a worker's reply carried, by IPC or by the file at ``path`` (then removed)."""
+def receive_fd(sock: socket.socket, timeout_s: float = 30.0) -> int:
+    """The one descriptor the worker sent with its reply; anything else on the socket is refused."""
+    sock.settimeout(timeout_s)
+    try:
+        _msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 8)
+    except (TimeoutError, OSError) as exc:
+        raise TransportError(f"no device-memory descriptor arrived: {exc}") from exc
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise TransportError(f"expected one device-memory descriptor, got {len(fds)}")
+    return fds[0]
+
+
+def drain(sock: socket.socket) -> None:
+    """Close whatever descriptors are waiting (sent by anyone but the harness, or left by a failed call)."""
+    sock.setblocking(False)
+    try:
+        while True:
+            _msg, fds, _flags, _addr = socket.recv_fds(sock, 64, 8)
+            for fd in fds:
+                os.close(fd)
+            if not _msg and not fds:
+                break
+    except (BlockingIOError, OSError):
+        pass
+    finally:
+        sock.setblocking(True)
+
+
+def receive(reply: dict[str, Any], path: Path, device: torch.device | str, sock: socket.socket | None = None
+            ) -> Any:
+    """Parent side: what a worker's reply carried — from an exported block, or from the file at ``path``
+    (then removed)."""
     if "payload" in reply:
-        return unpack(reply["payload"], device)
+        size = reply.get("block")
+        if size is None:
+            return unpack(reply["payload"], device)
+        if not isinstance(size, int) or not 0 < size <= MAX_BLOCK or sock is None:
+            raise TransportError(f"a device-memory block of {size!r} bytes")
+        fd = receive_fd(sock)
+        try:
+            block = Mapping.import_fd(fd, size, torch.device(device))
+        except RuntimeError as exc:
+            raise TransportError(f"could not map the worker's block: {exc}") from exc
+        finally:
+            os.close(fd)
+        try:
+            return unpack(reply["payload"], device, block)
+        finally:
+            block.release()
     if not path.exists():
         raise TransportError("the worker wrote no result file")
     try:

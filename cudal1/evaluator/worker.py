@@ -16,6 +16,7 @@ import argparse
 import builtins
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -67,7 +68,8 @@ _GUARDED = {
     "builtins.isinstance": lambda: builtins.isinstance,
     "json.dumps": lambda: json.dumps,
     "os.write": lambda: os.write,
-    "torch.UntypedStorage._share_cuda_": lambda: torch.UntypedStorage._share_cuda_,
+    "socket.send_fds": lambda: socket.send_fds,
+    "transport.Mapping.allocate": lambda: vars(transport.Mapping)["allocate"],  # the classmethod object itself
 }
 
 _PROBES = ("fingerprint", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
@@ -91,13 +93,13 @@ def _own_code() -> dict[str, Any]:
     module = sys.modules[__name__]
     names.update({f"worker.{n}": getattr(module, n) for n in _PROBES})
     names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
-    names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_pack_tensor")})
+    names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
     names["L2Flush.__call__"] = L2Flush.__call__
     return names
 
 
 class Worker:
-    def __init__(self, device: str, threads: int, flush_l2: bool) -> None:
+    def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -111,7 +113,8 @@ class Worker:
         self.flags: dict[str, Any] = {}
         self.precision: dict[str, Any] = {}
         self.l2: L2Flush | None = None
-        self.keep: list[torch.Tensor] = []  # tensors exported to the parent, held until the next command
+        self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
+        self.fd_sock = fd_sock
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -179,7 +182,12 @@ class Worker:
             return self.model(*inputs)
 
     def _ship(self, obj: Any, out_path: str | None) -> dict[str, Any]:
-        return transport.ship(obj, out_path, self.device.type == "cuda", self.keep)
+        return transport.ship(obj, out_path, self.device.type == "cuda", self.keep, self.fd_sock)
+
+    def probe(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Send a known tensor: the parent checks that device memory reaches it (before any program loads)."""
+        return {"ok": True} | self._ship({"probe": torch.arange(1000, dtype=torch.float32, device=self.device)},
+                                         msg.get("out_path"))
 
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Reference role only: inputs and outputs for each seed, sent to the parent."""
@@ -289,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory-limit-mb", type=int, default=0)
     parser.add_argument("--no-flush-l2", action="store_true")
+    parser.add_argument("--fd-sock", type=int, default=-1)
     args = parser.parse_args(argv)
 
     commands = os.fdopen(args.cmd_fd, "r", encoding="utf-8")
@@ -298,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
     _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
     send_json = json.dumps
-    worker = Worker(args.device, args.threads, not args.no_flush_l2)
+    fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
+    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
     if worker.device.type == "cuda":
         torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
         # workers then hide this cost behind another candidate's timing
@@ -307,13 +317,16 @@ def main(argv: list[str] | None = None) -> None:
         "reference": worker.reference_outputs,
         "run": worker.run,
         "time": worker.time_trial,
+        "probe": worker.probe,
     }
     replies.write(send_json({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
     for line in commands:
         msg = json.loads(line)
         if msg["cmd"] == "exit":
             break
-        worker.keep = []  # the parent copied the last command's exports before sending this one
+        for block in worker.keep:  # the parent copied the last command's exports before sending this one
+            block.release()
+        worker.keep = []
         try:
             reply = handlers[msg["cmd"]](msg)
         except SyntaxError as exc:

@@ -1,5 +1,5 @@
-"""CUDA IPC transport between a (sandboxed) worker and the parent: values arrive intact, the parent
-holds its own copy, and a descriptor whose view does not fit the exported storage is refused.
+"""Device-memory transport between a (sandboxed) worker and the parent: values arrive intact, the parent
+holds its own copy, and a descriptor that points outside the exported block is refused.
 
 Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
 """
@@ -7,9 +7,9 @@ Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ import torch
 
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import ReferenceSession
-from cudal1.evaluator.transport import TransportError, unpack
+from cudal1.evaluator.transport import TransportError, receive
 from cudal1.problems import Problem
 
 pytestmark = [
@@ -56,30 +56,36 @@ def test_reference_records_arrive_by_ipc_intact() -> None:
 
 
 _EXPORTER = '''
-import json, sys, torch
+import json, socket, sys, torch
 from cudal1.evaluator.transport import pack
+sock = socket.socket(fileno=int(sys.argv[1]))
 keep = []
 t = torch.arange(12, dtype=torch.float32, device="cuda:0")
-print(json.dumps(pack([t, t[4:8]], keep)), flush=True)
+for _ in range(2):
+    print(json.dumps(pack([t, t[4:8], 3], keep, sock)), flush=True)
 sys.stdin.read()
 '''
 
 
-def test_parent_maps_views_and_refuses_out_of_bounds() -> None:
+def test_parent_maps_blocks_and_refuses_out_of_bounds() -> None:
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", _EXPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([sys.executable, "-c", _EXPORTER, str(child.fileno())], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, pass_fds=[child.fileno()],
+                            env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
+    child.close()
     try:
         assert proc.stdout is not None
-        descs = json.loads(proc.stdout.readline())
-        whole, view = unpack(descs, "cuda:0")
+        reply = json.loads(proc.stdout.readline())
+        whole, view, k = receive(reply, Path("/nonexistent"), "cuda:0", parent)
         assert torch.equal(whole, torch.arange(12.0, device="cuda:0"))
-        assert torch.equal(view, torch.arange(4.0, 8.0, device="cuda:0"))
-        started = time.perf_counter()
-        with pytest.raises(TransportError):
-            unpack([descs[1] | {"shape": [1 << 20]}], "cuda:0")  # a view past the end of the storage
-        assert time.perf_counter() - started < 30
+        assert torch.equal(view, torch.arange(4.0, 8.0, device="cuda:0")) and k == 3
+        reply = json.loads(proc.stdout.readline())
+        reply["payload"][1]["offset"] = reply["block"]  # past the end of the block
+        with pytest.raises(TransportError, match="outside"):
+            receive(reply, Path("/nonexistent"), "cuda:0", parent)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
         proc.wait(timeout=30)
+        parent.close()
