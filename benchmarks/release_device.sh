@@ -4,7 +4,9 @@
 # agreement check. Results and logs under $OUT (default /tmp/cudal1-release).
 #
 #   RELEASE=carry/h100.jsonl DEVICES=cuda:0 [ROWS=L1-1,L2-5 | LIMIT=40] [RUNS=2] [TRIALS=5] \
-#       bash benchmarks/release_device.sh
+#       [RUN_TIMEOUT=seconds] bash benchmarks/release_device.sh
+# A run cut off by RUN_TIMEOUT keeps what it finished (results.jsonl is written after every row); the
+# later runs then measure exactly the rows the first one finished, so cold and warm compare like for like.
 set -euo pipefail
 OUT=${OUT:-/tmp/cudal1-release}
 RELEASE=${RELEASE:-carry/h100.jsonl}
@@ -23,8 +25,14 @@ extra=()
 [ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
 previous=()
 for run in $(seq 1 "$RUNS"); do
-  python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
+  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
       --out "$OUT/run$run" "${extra[@]}" "${previous[@]}" > "$OUT/run$run.log" 2>&1 || true
+  pkill -9 -f cudal1.evaluator.worker || true  # workers of a run cut off by the timeout (own sessions)
   tail -n 1 "$OUT/run$run.log"
   previous=(--agree-with "$OUT/run$run/results.jsonl")
+  if [ "$run" = 1 ]; then
+    rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
+      "$OUT/run1/results.jsonl")
+    extra=(--rows "$rows")
+  fi
 done

@@ -5,12 +5,11 @@ stopped (a candidate already measured under the same config on the same hardware
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +43,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     # device another candidate is being timed on. The compile is the same (TORCH_CUDA_ARCH_LIST is fixed
     # by evaluate_many), so the timed worker finds the extension in the cache; a candidate whose import
     # needs a GPU fails here and simply builds again when it is loaded for timing.
-    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, hide_gpus=True,
+    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, hide_gpus=True, nice=19,
                       extensions_dir=extensions_root / candidate.sha256[:16])
     try:
         root.chmod(0o711)
@@ -144,19 +143,18 @@ def evaluate_many(
     sink = _Sink(path, existing, progress)
     if not todo:
         return []
-    # Builds first in submission order, on all cores but one, overlapping the timing that follows.
-    workers = build_workers or max(1, (os.cpu_count() or 2) - 1)
+    # Builds in submission order on all cores but those the timing path needs (the parent and the two
+    # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
+    workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))
     builds: dict[str, Future[str]] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for c in todo:
             if _needs_build(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
                 builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
-        groups: queue.Queue[tuple[Problem, list[Candidate]]] = queue.Queue()
         order: dict[str, list[Candidate]] = {}
         for c in todo:
             order.setdefault(c.problem_id, []).append(c)
-        for pid, cands in order.items():
-            groups.put((by_id[pid], cands))
+        groups = _Groups([(by_id[pid], cands) for pid, cands in order.items()], builds)
         threads = [threading.Thread(target=_device_loop, args=(d, groups, builds, config, devices, ext_root, sink),
                                     name=f"cudal1-eval-{d}", daemon=True) for d in devices]
         for t in threads:
@@ -166,7 +164,33 @@ def evaluate_many(
     return sink.new
 
 
-def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]], config: EvalConfig,
+class _Groups:
+    """Problems waiting for a device, ready ones first: a group whose candidates need no build (or whose
+    builds are done) is timed while others still compile, instead of the device idling behind a build."""
+
+    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
+        self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
+
+    def _ready(self, cands: list[Candidate]) -> bool:
+        return all(c.sha256 not in self.builds or self.builds[c.sha256].done() for c in cands)
+
+    def take(self, block: bool = True) -> tuple[Problem, list[Candidate]] | None:
+        """The first ready group; without ``block``, None when none is ready yet. None when all are taken."""
+        while True:
+            with self.lock:
+                if not self.groups:
+                    return None
+                for i, (_problem, cands) in enumerate(self.groups):
+                    if self._ready(cands):
+                        return self.groups.pop(i)
+                pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
+                           if c.sha256 in self.builds and not self.builds[c.sha256].done()]
+            if not block:
+                return None
+            wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+
+
+def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], config: EvalConfig,
                  devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
     """One device, one candidate timed at a time. The next problem's reference worker and the next
     candidate's worker start while the current candidate is measured, so interpreter, torch and CUDA
@@ -179,19 +203,18 @@ def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]
         except (ReferenceError, WorkerFailure) as exc:
             return str(exc)
 
-    def next_group() -> tuple[Problem, list[Candidate], Future] | None:
-        try:
-            problem, cands = groups.get_nowait()
-        except queue.Empty:
+    def next_group(block: bool) -> tuple[Problem, list[Candidate], Future] | None:
+        taken = groups.take(block)
+        if taken is None:
             return None
-        return problem, cands, starter.submit(start_reference, problem)
+        return taken[0], taken[1], starter.submit(start_reference, taken[0])
 
     with ThreadPoolExecutor(max_workers=1) as starter:
-        current = next_group()
+        current = next_group(block=True)
         prepared: WorkerProcess | None = None
         while current is not None:
             problem, cands, session_future = current
-            upcoming = next_group()
+            upcoming = next_group(block=False)  # prestarted only if one is ready now
             session = session_future.result()
             if not isinstance(session, str):
                 try:
@@ -201,7 +224,7 @@ def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]
             if isinstance(session, str):
                 for c in cands:
                     sink.add(_reference_failed(problem, c, cfg, session))
-                current = upcoming
+                current = upcoming if upcoming is not None else next_group(block=True)
                 continue
             with session:
                 for i, c in enumerate(cands):
@@ -221,7 +244,7 @@ def _device_loop(device: str, groups: queue.Queue, builds: dict[str, Future[str]
                     if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
                         result = _recheck(result, problem, c, cfg, devices, device, ext_root)
                     sink.add(result)
-            current = upcoming
+            current = upcoming if upcoming is not None else next_group(block=True)
         if prepared is not None:
             prepared.close()
             shutil.rmtree(prepared.workdir.parent, ignore_errors=True)

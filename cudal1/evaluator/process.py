@@ -42,6 +42,7 @@ class WorkerSpec:
     sandbox_user: bool = True  # when the parent is root: run the worker as a fresh, unprivileged uid
     hide_gpus: bool = False  # CUDA_VISIBLE_DEVICES="" (build workers: compile without touching a GPU)
     fd_transport: bool = True  # CUDA: hand device memory over as file descriptors (else files)
+    nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
 
 
 @functools.cache
@@ -152,6 +153,9 @@ class WorkerProcess:
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
             pass_fds=pass_fds, start_new_session=True, **sandbox,  # type: ignore[arg-type]
         )
+        if spec.nice:
+            # Set before the first command, so the compilers it later starts inherit the priority.
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, spec.nice)
         os.close(cmd_r)
         os.close(rep_w)
         if child_sock is not None:
