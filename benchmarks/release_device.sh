@@ -4,7 +4,9 @@
 # agreement check. Results and logs under $OUT (default /tmp/cudal1-release).
 #
 #   RELEASE=carry/h100.jsonl DEVICES=cuda:0 [ROWS=L1-1,L2-5 | LIMIT=40] [RUNS=2] [TRIALS=5] \
-#       [RUN_TIMEOUT=seconds] bash benchmarks/release_device.sh
+#       [RUN_TIMEOUT=seconds] [COLD=0] [AGREE_WITH=earlier/results.jsonl] [NAME=run] \
+#       bash benchmarks/release_device.sh
+# COLD=0 keeps the build cache of an earlier invocation (e.g. the same rows again on two GPUs).
 # A run cut off by RUN_TIMEOUT keeps what it finished (results.jsonl is written after every row); the
 # later runs then measure exactly the rows the first one finished, so cold and warm compare like for like.
 set -euo pipefail
@@ -19,20 +21,22 @@ for p in $(python3 -c "import sys,os;print(os.path.realpath(sys.executable), sys
   d=$p; while [ "$d" != / ]; do [ -d "$d" ] && chmod o+x "$d"; d=$(dirname "$d"); done
 done
 export PYTHONPATH=.
-rm -rf /tmp/cudal1-extensions  # cold: nothing built yet
+[ "${COLD:-1}" = 1 ] && rm -rf /tmp/cudal1-extensions  # cold: nothing built yet
+NAME=${NAME:-run}
 extra=()
 [ -n "${ROWS:-}" ] && extra+=(--rows "$ROWS")
 [ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
 previous=()
+[ -n "${AGREE_WITH:-}" ] && previous=(--agree-with "$AGREE_WITH")
 for run in $(seq 1 "$RUNS"); do
   timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
-      --out "$OUT/run$run" "${extra[@]}" "${previous[@]}" > "$OUT/run$run.log" 2>&1 || true
+      --out "$OUT/$NAME$run" "${extra[@]}" "${previous[@]}" > "$OUT/$NAME$run.log" 2>&1 || true
   pkill -9 -f cudal1.evaluator.worker || true  # workers of a run cut off by the timeout (own sessions)
-  tail -n 1 "$OUT/run$run.log"
-  previous=(--agree-with "$OUT/run$run/results.jsonl")
+  tail -n 1 "$OUT/$NAME$run.log"
+  previous=(--agree-with "$OUT/$NAME$run/results.jsonl")
   if [ "$run" = 1 ]; then
     rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
-      "$OUT/run1/results.jsonl")
+      "$OUT/${NAME}1/results.jsonl")
     extra=(--rows "$rows")
   fi
 done

@@ -21,6 +21,7 @@ from cudal1.evaluator.core import (
     default_extensions_root,
     device_name,
     evaluate_candidate,
+    module_file,
     prepare_candidate_worker,
 )
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
@@ -39,11 +40,13 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     the shared cache keyed by the source hash; returns an error message or ''. Failures are left for
     the timed evaluation to report: it rebuilds, fails the same way and records the verdict."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
-    # On the CPU with the GPUs hidden: a build worker creates no CUDA context and puts no work on the
-    # device another candidate is being timed on. The compile is the same (TORCH_CUDA_ARCH_LIST is fixed
-    # by evaluate_many), so the timed worker finds the extension in the cache; a candidate whose import
-    # needs a GPU fails here and simply builds again when it is loaded for timing.
-    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, hide_gpus=True, nice=19,
+    # A build worker runs the candidate's module and constructs it on the CPU: the harness puts nothing on
+    # the GPU another candidate is being timed on. The GPUs stay visible, because CUDA-L1's programs
+    # compile only when torch.cuda.is_available() (measured: hiding them left 15-30 s builds on the timed
+    # path); a program that moves itself to the GPU in __init__ fails here after its build is cached and
+    # is loaded normally when its turn comes. TORCH_CUDA_ARCH_LIST is fixed by evaluate_many so both
+    # compile the same thing.
+    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, nice=19,
                       extensions_dir=extensions_root / candidate.sha256[:16])
     try:
         root.chmod(0o711)
@@ -54,7 +57,8 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         with WorkerProcess(spec, work, "build") as worker:
             worker.wait_ready(config.load_timeout_s)
             reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(work / "reference.py"),
-                                 "candidate_path": str(work / "candidate.py"), "init_seed": 0},
+                                 "candidate_path": str(work / "candidate.py"), "init_seed": 0,
+                                 "module_file": module_file(worker)},
                                 config.build_timeout_s + config.load_timeout_s)
             return "" if reply.get("ok") else str(reply.get("error", "failed"))
     except WorkerFailure as exc:

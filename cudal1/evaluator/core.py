@@ -404,7 +404,8 @@ def evaluate_candidate(
     try:
         worker.wait_ready(config.load_timeout_s)
         reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
-                             "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": reference.init_seed},
+                             "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": reference.init_seed,
+                             "module_file": module_file(worker)},
                             config.build_timeout_s + config.load_timeout_s)
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
@@ -432,6 +433,12 @@ def evaluate_candidate(
         if own_reference:
             reference.close()
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
+
+
+def module_file(worker: WorkerProcess) -> str | None:
+    """Where a candidate's module says it lives: its build-cache directory (see worker._load_module)."""
+    ext = worker.spec.extensions_dir
+    return str(ext / "candidate.py") if ext is not None else None
 
 
 def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: EvalConfig,

@@ -75,11 +75,21 @@ _GUARDED = {
 _PROBES = ("fingerprint", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
 
 
-def _load_module(path: str, name: str) -> types.ModuleType:
+def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleType:
+    """Run a program as a module. ``file`` is what it sees as ``__file__``: for a candidate, a path in its
+    build cache (keyed by its source hash), so programs that build next to ``__file__`` (CUDA-L1's do)
+    find their build there next time instead of compiling again in every fresh directory."""
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     module = types.ModuleType(name)
     module.__file__ = path
+    if file:
+        try:
+            with open(file, "w", encoding="utf-8") as handle:
+                handle.write(source)
+            module.__file__ = file
+        except OSError:
+            pass
     sys.modules[name] = module  # some code (dataclasses, pickling, torch.compile) looks itself up here
     exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - running it is the point
     return module
@@ -149,7 +159,7 @@ class Worker:
         self.l2 = L2Flush(self.device, self.flush_l2)
         self._snapshot()
         if msg["role"] == "candidate":
-            module = _load_module(msg["candidate_path"], "cudal1_candidate")
+            module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
             cls = getattr(module, "ModelNew", None)
             if cls is None:
                 return {"ok": False, "kind": "rejected", "error": "the candidate defines no class ModelNew"}
