@@ -39,6 +39,9 @@ def why(e: Evaluation | None, reported: float | None) -> str:
     notes = []
     if "degenerate_problem" in e.flags:
         notes.append("degenerate problem: the reference's output does not depend on its inputs, so a constant wins")
+    if "shares memory with an input" in e.reason:
+        notes.append("the program works in place on its input and returns it (torch.relu_(x) and the like): "
+                     "the caller's tensor is overwritten")
     if not e.ok:
         return "; ".join([f"{e.status.value}: {e.reason[:160]}", *notes])
     if "noisy" in e.flags:
@@ -63,7 +66,7 @@ def main() -> None:
     ap.add_argument("--release", required=True, type=Path)
     ap.add_argument("--results", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--device-note", default="NVIDIA H200 (no H100 was free)")
+    ap.add_argument("--device-note", default="the GPU named in each row (the latest measurement of a row counts)")
     args = ap.parse_args()
     rows = load_cudal1_release(args.release)
     measured = {e.problem_id: e for e in load_evaluations(args.results) if not e.candidate_id.startswith("template")}
@@ -79,6 +82,7 @@ def main() -> None:
             "recheck": e.extra.get("recheck_speedup") if e else None,
             "reference_ms": e.reference_ms if e else None, "candidate_ms": e.candidate_ms if e else None,
             "flags": ",".join(e.flags) if e else "", "reason": (e.reason if e else "")[:200],
+            "device": e.device_name if e else "",
         })
     with (args.out / "h100-rows.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
@@ -96,7 +100,8 @@ def main() -> None:
         if s:
             lines.append(f"| {label} | {len(values)} | {s['mean']:.2f} | {s['max']:.2f} | {s['p75']:.2f} | "
                          f"{s['p50']:.2f} | {s['p25']:.2f} | {sum(v > 1.01 for v in values)} |")
-    lines += ["", "| row | reported | measured | verdict (1e-2) | strict 1e-4 | why it moved |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| row | GPU | reported | measured | verdict (1e-2) | strict 1e-4 | why it moved |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for t in run:
         rep, got = t["reported"], t["measured"]
         moved = got is None or rep is None or abs(got - rep) / rep > 0.25
@@ -106,7 +111,8 @@ def main() -> None:
             if got is None and t["recheck"] is not None and e is not None:
                 first = e.reason.split("speedup ")[-1].split("x")[0] if "not reproduced" in e.reason else "?"
                 shown = f"({first} / {t['recheck']:.2f})"
-            lines.append(f"| {t['problem_id']} | {rep if rep is not None else '-'} | {shown} | {t['status']} | "
+            gpu = t["device"].replace("NVIDIA ", "").replace(" 80GB HBM3", "")
+            lines.append(f"| {t['problem_id']} | {gpu} | {rep if rep is not None else '-'} | {shown} | {t['status']} | "
                          f"{t['strict_status']} | {why(e, rep)} |")
     (args.out / "h100-table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
