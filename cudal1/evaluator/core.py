@@ -7,13 +7,10 @@ generate their inputs from seeds the parent sends; the parent checks the candida
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import random
 import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,83 +21,24 @@ import torch
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing
-from cudal1.evaluator.transport import TransportError, receive
+from cudal1.evaluator.transport import TransportError
+from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
+    ReferenceError,
+    ReferenceSession,
+    compare_device,
+    default_extensions_root,
+    device_name,
+    module_file,
+    new_seed,
+    prepare_candidate_worker,
+    receive_payload,
+)
 from cudal1.problems import Problem
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
-
-
-def default_extensions_root() -> Path:
-    """Extension builds, one folder per candidate hash, kept across runs. Under the temp dir, not the
-    home folder, because a sandboxed worker cannot traverse root's home."""
-    root = Path(tempfile.gettempdir()) / "cudal1-extensions"
-    root.mkdir(exist_ok=True)
-    root.chmod(0o711)
-    return root / torch.__version__
-
-
-def _seed() -> int:
-    return secrets.randbits(31)
-
-
-def scratch_root() -> str | None:
-    """Worker directories live in /dev/shm when it has room: on CPU tensors cross between processes as
-    files, and on a disk-backed /tmp a 256 MB output costs seconds per trial."""
-    shm = Path("/dev/shm")
-    try:
-        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 8 * 2**30:
-            return str(shm)
-    except OSError:
-        pass
-    return None
-
-
-def compare_device(config: EvalConfig) -> str:
-    """Where the parent compares outputs: on the evaluation GPU when there is one (float64 on a few
-    hundred MB takes seconds on a CPU core), else the CPU."""
-    if config.is_cuda and torch.cuda.is_available():
-        return config.device
-    return "cpu"
-
-
-@functools.cache
-def fd_transport_works(device: str) -> bool:
-    """Whether a sandboxed worker's device memory reaches this process as a file descriptor: probed once
-    per device and process. When it does not (no POSIX-descriptor support in the driver), workers send
-    tensors as files: slower, same checks."""
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        return False
-    root = Path(tempfile.mkdtemp(prefix="cudal1-probe-", dir=scratch_root()))
-    root.chmod(0o711)
-    try:
-        with WorkerProcess(WorkerSpec(device, flush_l2=False), root / "probe", "probe") as worker:
-            worker.wait_ready(120.0)
-            reply = worker.call({"cmd": "probe", "out_path": str(worker.workdir / "probe.pt")}, 60.0)
-            if "block" not in reply:
-                return False
-            got = receive(reply, worker.workdir / "probe.pt", device, worker.fd_sock)
-            return bool(torch.equal(got["probe"], torch.arange(1000, dtype=torch.float32, device=device)))
-    except (WorkerFailure, TransportError, RuntimeError, OSError):
-        return False
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def worker_spec(config: EvalConfig, **extra: Any) -> WorkerSpec:
-    """The spec every timed worker of this config gets."""
-    return WorkerSpec(config.device, config.cpu_threads, config.memory_limit_mb, config.flush_l2,
-                      fd_transport=fd_transport_works(config.device), **extra)
-
-
-def _receive(reply: dict[str, Any], path: Path, config: EvalConfig, worker: WorkerProcess) -> Any:
-    """What a worker's reply carried (device memory or a file), on the compare device; None if nothing."""
-    if "payload" not in reply and not reply.get("payload_file"):
-        path.unlink(missing_ok=True)
-        return None
-    return receive(reply, path, compare_device(config), worker.fd_sock)
 
 
 class Verdict(Exception):
@@ -134,103 +72,6 @@ def _check_integrity(reply: dict[str, Any], worker: WorkerProcess, flags: set[st
         raise Verdict(Status.REJECTED, "; ".join(problems))
 
 
-class ReferenceSession:
-    """A warm worker running one problem's reference. Safe to share between candidates of that problem:
-    it never executes candidate code."""
-
-    def __init__(self, problem: Problem, config: EvalConfig, root: Path | None = None, *, load: bool = True) -> None:
-        """``load=False`` starts the process only (interpreter, torch, CUDA context) and defers building the
-        reference model to the first use, so a session prestarted for the next problem puts no work on the
-        GPU while the current candidate is timed."""
-        self.problem = problem
-        self.config = config
-        self._own_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-", dir=scratch_root())) if root is None else root
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o711)  # a sandboxed worker may traverse to its own directory, not list others
-        self.init_seed = _seed()
-        self.path = self.root / "reference" / "reference.py"
-        self.path.parent.mkdir(mode=0o700)
-        self.path.write_text(problem.source)
-        self.worker = WorkerProcess(worker_spec(config), self.root / "reference", "reference")
-        self.build_s = 0.0
-        self._loaded = False
-        self._failure = ""
-        if load:
-            self.load()
-
-    def load(self) -> None:
-        """Build the reference model in its worker (once); raises ReferenceError, then again on every call."""
-        if self._loaded:
-            return
-        if self._failure:
-            raise ReferenceError(self._failure)
-        try:
-            self.worker.wait_ready(self.config.load_timeout_s)
-            reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
-                                      "init_seed": self.init_seed}, self.config.build_timeout_s)
-        except WorkerFailure as exc:
-            self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
-        else:
-            if not reply.get("ok"):
-                self._failure = f"{self.problem.problem_id}: reference failed to load: {reply.get('error')}"
-        if self._failure:
-            self.close()
-            raise ReferenceError(self._failure)
-        self.build_s = reply.get("build_s", 0.0)
-        self._loaded = True
-
-    def records(self, seeds: list[int]) -> list[dict[str, Any]]:
-        """Inputs and outputs of the reference for each seed, in the parent's memory. One seed per
-        command, so the worker never holds more than one record's export at a time."""
-        self.load()
-        records: list[dict[str, Any]] = []
-        for seed in seeds:
-            out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
-            reply = self.worker.call({"cmd": "reference", "seeds": [seed], "out_path": str(out)},
-                                     self.config.run_timeout_s)
-            if not reply.get("ok"):
-                raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
-            try:
-                got = _receive(reply, out, self.config, self.worker)
-            except TransportError as exc:
-                raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
-            if not isinstance(got, list) or len(got) != 1:
-                raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(got).__name__}, not records")
-            records += got
-        return records
-
-    def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
-        self.load()
-        spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
-        t0 = time.perf_counter()
-        reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
-        wall = time.perf_counter() - t0
-        if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
-        try:
-            spots = _receive(reply, spot_path, self.config, self.worker)
-        except TransportError as exc:
-            raise ReferenceError(f"{self.problem.problem_id}: reference spot outputs unreadable: {exc}") from exc
-        return reply, wall, spots or {}
-
-    def close(self) -> None:
-        if hasattr(self, "worker"):
-            self.worker.close()
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> ReferenceSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class ReferenceError(RuntimeError):
-    """The problem's own reference could not run: not the candidate's fault."""
-
-
 @dataclass
 class _Run:
     problem: Problem
@@ -247,7 +88,7 @@ class _Run:
 
 def _correctness(run: _Run) -> int:
     cfg = run.config
-    seeds = [_seed() for _ in range(max(cfg.correctness_trials, 2))]
+    seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
     records = run.reference.records(seeds)
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in records[0]["outputs"]]
@@ -298,7 +139,7 @@ def _candidate_payload(reply: dict[str, Any], path: Path, run: _Run, what: str) 
     if reply.get("transport_fallback"):
         run.flags.add("file_transport")
     try:
-        return _receive(reply, path, run.config, run.worker)
+        return receive_payload(reply, path, run.config, run.worker)
     except TransportError as exc:
         raise Verdict(Status.REJECTED, f"{what}: the worker's reply described tensors the harness cannot read "
                       f"({exc})") from exc
@@ -306,7 +147,7 @@ def _candidate_payload(reply: dict[str, Any], path: Path, run: _Run, what: str) 
 
 def _calibrate(run: _Run) -> int:
     cfg = run.config
-    msg = {"cmd": "time", "warmup_seeds": [_seed() for _ in range(cfg.warmup_iters)], "seeds": [_seed(), _seed()],
+    msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
            "spot": []}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = _time_candidate(run, msg)
@@ -319,7 +160,7 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
     cfg = run.config
     spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters))) if spot_check else []
-    msg = {"cmd": "time", "warmup_seeds": [_seed()], "seeds": [_seed() for _ in range(iters)], "spot": spot}
+    msg = {"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed() for _ in range(iters)], "spot": spot}
     if _rng.random() < 0.5:
         ref, ref_wall, ref_spots = run.reference.time(msg)
         cand, cand_wall, cand_spots = _time_candidate(run, msg)
@@ -435,29 +276,3 @@ def evaluate_candidate(
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
 
 
-def module_file(worker: WorkerProcess) -> str | None:
-    """Where a candidate's module says it lives: its build-cache directory (see worker._load_module)."""
-    ext = worker.spec.extensions_dir
-    return str(ext / "candidate.py") if ext is not None else None
-
-
-def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: EvalConfig,
-                             extensions_root: Path | None = None) -> WorkerProcess:
-    """Start a candidate's worker ahead of time: interpreter, torch and the CUDA context come up while
-    another candidate is being timed. Nothing of the candidate runs until its ``load`` command."""
-    root = Path(tempfile.mkdtemp(prefix="cudal1-cand-", dir=scratch_root()))
-    root.chmod(0o711)
-    work = root / "candidate"
-    work.mkdir(mode=0o700)
-    (work / "candidate.py").write_text(candidate.source)
-    (work / "reference.py").write_text(problem.source)
-    ext_root = extensions_root or default_extensions_root()
-    return WorkerProcess(worker_spec(config, extensions_dir=ext_root / candidate.sha256[:16]), work, "candidate")
-
-
-def device_name(device: str) -> str:
-    """A name that says which hardware measured: 'cpu' or the CUDA device's product name."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        index = int(device.split(":")[1]) if ":" in device else 0
-        return torch.cuda.get_device_name(index)
-    return "cpu"
