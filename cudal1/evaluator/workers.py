@@ -151,12 +151,7 @@ class ReferenceSession:
             out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
             reply = self.worker.call({"cmd": "reference", "seeds": [seed], "out_path": str(out)},
                                      self.config.run_timeout_s)
-            if not reply.get("ok"):
-                raise ReferenceError(f"{self.problem.problem_id}: reference failed to run: {reply.get('error')}")
-            try:
-                got = receive_payload(reply, out, self.config, self.worker)
-            except TransportError as exc:
-                raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
+            got = self._payload(reply, out, "to run")
             if not isinstance(got, list) or len(got) != 1:
                 raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(got).__name__}, not records")
             records += got
@@ -168,13 +163,16 @@ class ReferenceSession:
         t0 = time.perf_counter()
         reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
         wall = time.perf_counter() - t0
+        return reply, wall, self._payload(reply, spot_path, "while timed") or {}
+
+    def _payload(self, reply: dict[str, Any], path: Path, what: str) -> Any:
+        """What a reference reply carried; any failure is the problem's, not a candidate's."""
         if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed while timed: {reply.get('error')}")
+            raise ReferenceError(f"{self.problem.problem_id}: reference failed {what}: {reply.get('error')}")
         try:
-            spots = receive_payload(reply, spot_path, self.config, self.worker)
+            return receive_payload(reply, path, self.config, self.worker)
         except TransportError as exc:
-            raise ReferenceError(f"{self.problem.problem_id}: reference spot outputs unreadable: {exc}") from exc
-        return reply, wall, spots or {}
+            raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
 
     def close(self) -> None:
         if hasattr(self, "worker"):
