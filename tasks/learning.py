@@ -177,7 +177,9 @@ def contrastive_rl_task(params: Any, problems: list, policy: str, start_pool: st
     sink = SeriesBuffer()
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
-        log_series(run_id, sink.drain() + [(epoch, {f"epoch_{k}": v for k, v in metrics.items()})], repo_root)
+        # The sink holds TRL's step logs (rl_loss, rl_reward...) and the epoch's metrics (rl_epoch_*, step =
+        # epoch), which the core puts there itself; logging them again here made every curve appear twice.
+        log_series(run_id, sink.drain(), repo_root)
 
     model, epochs = run_contrastive_rl(
         model, tokenizer, {p.problem_id: p for p in problems}, pool, evaluator_fn(params.protocol, params.devices),

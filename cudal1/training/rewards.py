@@ -138,6 +138,7 @@ class SpeedupReward:
         cache_path: str | Path | None = None,
         stage: str = "rl",
         admit: str = "all",
+        admit_margin: float = 0.0,
         resolution: float = 0.0,
     ) -> None:
         if clip <= 0:
@@ -152,7 +153,7 @@ class SpeedupReward:
         # an evaluation; the pool itself holds what this run has seen (its exemplars come from it).
         self.cache = cache
         self.cache_path = Path(cache_path) if cache_path is not None else None
-        self.stage, self.admit, self.resolution = stage, admit, resolution
+        self.stage, self.admit, self.admit_margin, self.resolution = stage, admit, admit_margin, resolution
         self.evaluated = 0  # evaluator calls made by this object (the cache's counterpart)
         self.history: list[RewardRecord] = []
 
@@ -177,6 +178,9 @@ class SpeedupReward:
             self.history.append(RewardRecord(problem_id[i], status, speedups[i], rewards[i], cached, len(p.errors)))
         return rewards
 
+    def _admits(self, problem_id: str, speedup: float | None) -> bool:
+        return self.pool.admits(problem_id, speedup, self.admit, self.admit_margin)
+
     def _entries(self, parsed: Sequence[Any], problem_ids: Sequence[str]
                  ) -> tuple[list[PoolEntry | None], set[tuple[str, str]]]:
         """Pool entries for the evaluable programs (None for the rest), evaluating only what the pool has
@@ -192,8 +196,9 @@ class SpeedupReward:
             if c is None or key in self.pool:
                 continue
             known = self.cache.get(*key) if self.cache is not None else None
-            if known is not None:
-                self.pool.add(replace(known, exemplar=self.pool.admits(c.problem_id, known.speedup, self.admit)))
+            if known is not None:  # the cache lends its measurement; who wrote the program is this run's
+                self.pool.add(replace(known, candidate_id=c.candidate_id, origin=c.origin, stage=self.stage,
+                                      exemplar=self._admits(c.problem_id, known.speedup)))
             else:
                 todo.setdefault(key, c)
         if todo:
@@ -202,7 +207,7 @@ class SpeedupReward:
             self.evaluated += len(batch)
             for c, ev in zip(batch, evaluations, strict=True):
                 entry = PoolEntry.from_evaluation(c, ev, self.stage)
-                self.pool.add(replace(entry, exemplar=self.pool.admits(c.problem_id, ev.speedup, self.admit)))
+                self.pool.add(replace(entry, exemplar=self._admits(c.problem_id, ev.speedup)))
                 if self.cache is not None:
                     self.cache.add(entry)
             if self.cache is not None and self.cache_path is not None:

@@ -13,6 +13,7 @@ only programs never seen before.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -30,10 +31,16 @@ from cudal1.training.settings import RLSettings
 
 def epoch_prompts(problems: Mapping[str, Problem], pool: CandidatePool, settings: RLSettings,
                   epoch: int) -> list[dict[str, str]]:
-    # An epoch's prompts depend on (seed, pool) and, when exemplars are redrawn, on the epoch too.
-    rng = random.Random(settings.seed * 1_000_003 + (epoch if settings.redraw_exemplars else 0))
-    return [{"prompt": contrastive_prompt(problems[pid], pool, rng, settings.prompts)[0], "problem_id": pid}
-            for pid in sorted(problems) for _ in range(settings.prompts_per_problem)]
+    """The epoch's prompts. A problem's draw depends on (seed, problem, its pool entries) and, when
+    exemplars are redrawn, on the epoch too. One generator per problem: with a shared one, a new exemplar
+    of one problem shifted the draws of every problem after it, so prompts changed where the pool had not."""
+    rows = []
+    for pid in sorted(problems):
+        key = f"{settings.seed}:{epoch if settings.redraw_exemplars else 0}:{pid}"
+        rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+        rows += [{"prompt": contrastive_prompt(problems[pid], pool, rng, settings.prompts)[0], "problem_id": pid}
+                 for _ in range(settings.prompts_per_problem)]
+    return rows
 
 
 def step_shape(n_prompts: int, settings: RLSettings) -> tuple[int, int]:
@@ -70,6 +77,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         lr_scheduler_type="constant",  # one short trainer per epoch: a decaying schedule would restart each time
         beta=settings.beta,
         num_iterations=settings.iterations,
+        top_entropy_quantile=settings.top_entropy_quantile,
         use_vllm=False,  # TRL's colocated vLLM fails on CPU (STACK-NOTES); on GPU set it through the flow
         logging_steps=1,
         save_strategy="no",
@@ -121,7 +129,8 @@ def run_contrastive_rl(
         model = load_model(out_dir / "policy")
     reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
                            pool_path=pool_path, cache=cache, cache_path=cache_path, stage="contrastive_rl",
-                           admit=settings.prompts.admit, resolution=settings.speedup_resolution)
+                           admit=settings.prompts.admit,
+                           admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution)
     funcs: list[Any] = [reward]
     weights = [1.0]
     if settings.format_weight:

@@ -24,9 +24,12 @@ class PromptSettings:
     # Which new correct candidates may become exemplars: "all" (the paper's database) or "improving" (only
     # those faster than every exemplar of their problem so far). See CandidatePool.admits.
     admit: str = "all"
+    admit_margin: float = 0.0  # "improving" means faster than the best exemplar by more than this (relative)
 
     def __post_init__(self) -> None:
         _positive(self, "bucket_width", "temperature")
+        if self.admit_margin < 0:
+            raise ValueError(f"prompts.admit_margin={self.admit_margin}: use 0 or a positive fraction")
         if self.admit not in ("all", "improving"):
             raise ValueError(f"prompts.admit={self.admit!r}: use 'all' or 'improving'")
         if self.exemplars < 0:
@@ -123,6 +126,9 @@ class RLSettings:
     temperature: float = 1.0
     learning_rate: float = 2e-4
     iterations: int = 1  # GRPO's mu: optimisation passes over each generation batch (PPO-style clipping)
+    # Train only on this top fraction of tokens by entropy (TRL's top_entropy_quantile): the forks where a
+    # program goes right or wrong. 1.0: every token.
+    top_entropy_quantile: float = 1.0
     beta: float = 0.0  # KL weight toward the starting policy; 0 needs no reference model
     clip: float = 1.5  # k: normalised rewards are clipped to [-k, k]
     # Correct programs whose speedups spread by no more than this (relative) are ties: reward 0 each.
@@ -141,6 +147,8 @@ class RLSettings:
                   "learning_rate", "clip", "iterations")
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
+        if not 0 < self.top_entropy_quantile <= 1:
+            raise ValueError(f"top_entropy_quantile={self.top_entropy_quantile}: use a fraction in (0, 1]")
         if self.steps_per_generation is not None and self.steps_per_generation < 1:
             raise ValueError(f"steps_per_generation={self.steps_per_generation}: use null (whole epoch) or >= 1")
         if self.failure_reward > -self.clip:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from learning_helpers import LIGHT
 
-from cudal1.evaluator.config import EvalConfig
 from cudal1.generation.templates import template_source
 from cudal1.problems import load_starter_suite
 
@@ -21,13 +21,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 FAST_IDS = ("starter-L1-2", "starter-L1-3")  # ReLU and GELU: each evaluation takes about a second
-
-LIGHT = {"correctness_trials": 1, "timing_trials": 2, "target_trial_ms": 5.0, "warmup_iters": 1, "remeasure": 0,
-         "cpu_threads": 1}
-
-
-def light_protocol() -> EvalConfig:
-    return EvalConfig(**LIGHT)
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,17 @@ def test_admission_rules():
         pool.admits("p", 1.0, "some")
 
 
+def test_improving_admission_needs_the_margin():
+    # Best exemplar 1.2: with a 15% margin a program must measure above 1.38 to be shown in later prompts,
+    # so a near-copy that timed faster by noise does not replace the exemplars the policy was trained on.
+    pool = CandidatePool([entry(0, 1.0), entry(1, 1.2)])
+    assert pool.admits("p", 1.3, "improving", margin=0.0)
+    assert not pool.admits("p", 1.3, "improving", margin=0.15)
+    assert pool.admits("p", 1.4, "improving", margin=0.15)
+    assert pool.admits("p", 0.5, "all", margin=0.15)  # the margin only concerns "improving"
+    assert pool.admits("q", 0.5, "improving", margin=0.15)  # a problem's first correct program always
+
+
 def test_only_exemplars_are_shown():
     from dataclasses import replace
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import light_protocol
+from learning_helpers import light_protocol
 
 from cudal1.generation.templates import template_source
 from cudal1.generation.tiny_policy import build_tiny_policy

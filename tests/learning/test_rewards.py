@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import light_protocol
+from learning_helpers import light_protocol
 
 from cudal1.candidates import Candidate
 from cudal1.generation.templates import template_source
@@ -69,6 +69,44 @@ def test_groups_are_the_completions_of_one_prompt(problems):
                  prompts=["A", "A", "B", "B"], problem_id=[p.problem_id] * 4)
     assert out == [-1.0, 1.0, -1.0, 1.0] or out == [1.0, -1.0, 1.0, -1.0]
     assert reward.evaluated == 2  # two programs, each measured once
+
+
+def test_admission_margin_reaches_the_pool(problems):
+    # The reward decides which evaluated programs become exemplars; "improving" with a margin admits a
+    # program only when it beats the problem's best exemplar by more than the margin.
+    from cudal1.candidates import Evaluation, Status
+
+    p = problems[0]
+    speed = {template_source(p, "no_grad"): 1.10, template_source(p, "inference_mode"): 1.25}
+
+    def measured(probs, cands):
+        return [Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=speed[c.source]) for c in cands]
+
+    for margin, admitted in ((0.0, {1.10, 1.25}), (0.15, {1.10})):  # 1.25 < 1.10 * 1.15
+        pool = CandidatePool()
+        reward = SpeedupReward({p.problem_id: p}, measured, pool, admit="improving", admit_margin=margin)
+        for program in speed:  # one at a time: the first sets the bar for the second
+            reward([render_response("a", "b", program)], prompts=["A"], problem_id=[p.problem_id])
+        assert {e.speedup for e in pool.exemplars(p.problem_id)} == admitted
+
+
+def test_a_cached_measurement_keeps_this_runs_provenance(problems):
+    # The shared cache lends the measurement only: the pool entry is this stage's candidate, so the RL
+    # stage's candidate table (origin == "contrastive_rl") lists every program the RL policy wrote.
+    from cudal1.candidates import Status
+    from cudal1.pool import PoolEntry
+
+    p = problems[0]
+    program = template_source(p, "no_grad")
+    c = Candidate(p.problem_id, program, origin="self_supervised-0")
+    cache = CandidatePool([PoolEntry(p.problem_id, c.candidate_id, c.sha256, program, c.origin, Status.OK.value,
+                                     1.1, "", "self_supervised-0")])
+    reward = SpeedupReward({p.problem_id: p}, lambda probs, cands: [], CandidatePool(), cache=cache,
+                           stage="contrastive_rl")
+    reward([render_response("a", "b", program)], prompts=["A"], problem_id=[p.problem_id])
+    (entry,) = reward.pool.entries()
+    assert (entry.origin, entry.stage, entry.speedup) == ("contrastive_rl", "contrastive_rl", 1.1)
+    assert reward.evaluated == 0
 
 
 def test_format_reward():

@@ -64,7 +64,9 @@ def test_contrastive_rl_stage_and_its_resume(tiny_project):
     with open(tiny_project / "reports/rl_epochs.csv") as f:
         assert len(list(csv.DictReader(f))) == 1
     client, found = runs(tiny_project, "contrastive_rl")
-    assert client.get_metric_history(found[0].info.run_id, "epoch_mean_reward")
+    history = client.get_metric_history(found[0].info.run_id, "rl_epoch_mean_reward")
+    assert [m.step for m in history] == [0]  # one point per epoch, its step the epoch
+    assert not client.get_metric_history(found[0].info.run_id, "epoch_mean_reward")  # logged once, not twice
     pool = CandidatePool.load(tiny_project / "data/contrastive_rl/pool.parquet")
     assert len(pool) >= 4  # the starting pool (corpus) at least
 
