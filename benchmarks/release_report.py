@@ -84,11 +84,12 @@ def main() -> None:
             "flags": ",".join(e.flags) if e else "", "reason": (e.reason if e else "")[:200],
             "device": e.device_name if e else "",
         })
+    run = [t for t in table if t["status"] not in ("no code", "not run")]
+    # Only the rows measured here: the release itself stays in ../shared, never copied into the repository.
     with (args.out / "h100-rows.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
         writer.writeheader()
-        writer.writerows(table)
-    run = [t for t in table if t["status"] not in ("no code", "not run")]
+        writer.writerows(run)
     ok = [t for t in run if t["status"] == "ok"]
     lines = [f"Rows measured: {len(run)} of {sum(t['has_code'] for t in table)} with code "
              f"({sum(not t['has_code'] for t in table)} rows of the release carry no program). Device: {args.device_note}.",
