@@ -17,7 +17,8 @@ from tasks.learning import contrastive_rl_task, resolve, write_plot_csv
 from tasks.tracking import stage_run
 
 COLUMNS = ["epoch", "mean_reward", "max_reward", "success_rate", "mean_speedup", "median_speedup", "max_speedup",
-           "well_formed_rate", "cached_rate", "evaluated", "pool_correct", "pool_best_speedup", "epoch_seconds"]
+           "well_formed_rate", "cached_rate", "harness_failed_rate", "evaluated", "pool_correct", "pool_best_speedup",
+           "epoch_seconds"]
 
 
 def _describe(p: ContrastiveRLParams) -> str:

@@ -6,6 +6,11 @@ A completion that yields no evaluable program, or whose program fails (compile e
 incorrect, timeout, rejected), gets a fixed ``failure_reward`` below −k, so a correct program always
 outscores a broken one. Every evaluation joins the candidate pool, which is also the cache: a program
 already in the pool is never evaluated again.
+
+An evaluation whose *reference* failed (the evaluator's ``reference failed: ...`` reason: the harness could
+not run the problem) says nothing about the completion: it gets ``None`` (TRL's "not applicable": the
+completion is left out of its group's baseline and its advantage is 0), is kept out of the pool and the
+cache (the next sight of the program evaluates it again) and out of the epoch's success rate.
 """
 
 from __future__ import annotations
@@ -26,6 +31,23 @@ from cudal1.prompts import SECTIONS, parse_response
 EvaluateFn = Callable[[Sequence[Problem], Sequence[Candidate]], list[Evaluation]]
 
 MALFORMED = "malformed"
+# Prefix of the reason the evaluator gives when the problem's reference, not the candidate, failed
+# (cudal1.evaluator.batch._reference_failed). Pool entries keep the reason but not the evaluator's flags.
+REFERENCE_FAILED = "reference failed"
+HARNESS_FAILED = "harness failed"  # the evaluator itself failed (e.g. its parent ran out of device memory)
+
+
+def harness_failed(status: str, reason: str) -> bool:
+    """True when an evaluation failed because the reference did: a failure of the harness, not the program.
+
+    >>> harness_failed("runtime_error", "reference failed: p: reference failed to load: boom")
+    True
+    >>> harness_failed("runtime_error", "harness failed: OutOfMemoryError: CUDA out of memory")
+    True
+    >>> harness_failed("runtime_error", "ZeroDivisionError"), harness_failed("ok", "")
+    (False, False)
+    """
+    return status != "ok" and reason.startswith((REFERENCE_FAILED, HARNESS_FAILED))
 
 
 def normalise_group(scores: Sequence[float | None]) -> list[float | None]:
@@ -98,7 +120,7 @@ class RewardRecord:
     problem_id: str
     status: str
     speedup: float | None
-    reward: float
+    reward: float | None  # None: not scored (the reference failed)
     cached: bool
     format_errors: int
 
@@ -121,6 +143,12 @@ class SpeedupReward:
     [0.0, -2.0]
     >>> len(reward.pool), reward.evaluated  # the second call was served from the pool
     (2, 2)
+    >>> def broken_harness(problems, candidates):
+    ...     return [Evaluation(c.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason="reference failed: x")
+    ...             for c in candidates]
+    >>> SpeedupReward({"p": Problem("p", 1, "p", "class Model: ...")}, broken_harness, CandidatePool())(
+    ...     [ok, "no code"], prompts=["q"] * 2, problem_id=["p"] * 2)
+    [None, -2.0]
     """
 
     __name__ = "speedup_reward"  # TRL names a reward column after the callable
@@ -158,16 +186,18 @@ class SpeedupReward:
         self.history: list[RewardRecord] = []
 
     def __call__(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None,
-                 problem_id: Sequence[str] | None = None, **_: Any) -> list[float]:
+                 problem_id: Sequence[str] | None = None, **_: Any) -> list[float | None]:
         if problem_id is None:
             raise ValueError("SpeedupReward needs a `problem_id` column in the training dataset")
         parsed = [parse_response(completion_text(c)) for c in completions]
         entries, fresh = self._entries(parsed, problem_id)
         speedups = [e.speedup if e is not None and e.ok else None for e in entries]
+        unscored = {i for i, e in enumerate(entries) if e is not None and harness_failed(e.status, e.reason)}
         groups: dict[str, list[int]] = {}
         for i in range(len(completions)):
-            groups.setdefault(str(prompts[i]) if prompts is not None else "all", []).append(i)
-        rewards = [0.0] * len(completions)
+            if i not in unscored:  # left out of its group: it must not shift the others' normalisation
+                groups.setdefault(str(prompts[i]) if prompts is not None else "all", []).append(i)
+        rewards: list[float | None] = [None] * len(completions)
         for members in groups.values():
             group = group_rewards([speedups[i] for i in members], self.clip, self.failure_reward, self.resolution)
             for i, r in zip(members, group, strict=True):
@@ -196,17 +226,23 @@ class SpeedupReward:
             if c is None or key in self.pool:
                 continue
             known = self.cache.get(*key) if self.cache is not None else None
+            if known is not None and harness_failed(known.status, known.reason):
+                known = None  # a harness failure cached by an older run: measure the program again
             if known is not None:  # the cache lends its measurement; who wrote the program is this run's
                 self.pool.add(replace(known, candidate_id=c.candidate_id, origin=c.origin, stage=self.stage,
                                       exemplar=self._admits(c.problem_id, known.speedup)))
             else:
                 todo.setdefault(key, c)
+        unpooled: dict[tuple[str, str], PoolEntry] = {}  # this call's harness failures
         if todo:
             batch = list(todo.values())
             evaluations = self.evaluate([self.problems[c.problem_id] for c in batch], batch)
             self.evaluated += len(batch)
             for c, ev in zip(batch, evaluations, strict=True):
                 entry = PoolEntry.from_evaluation(c, ev, self.stage)
+                if harness_failed(entry.status, entry.reason):
+                    unpooled[entry.key] = entry  # not the program's result: neither pooled nor cached
+                    continue
                 self.pool.add(replace(entry, exemplar=self._admits(c.problem_id, ev.speedup)))
                 if self.cache is not None:
                     self.cache.add(entry)
@@ -214,11 +250,14 @@ class SpeedupReward:
                 self.cache.save(self.cache_path)
         if self.pool_path is not None:
             self.pool.save(self.pool_path)  # after every batch: a crash loses no evaluation
-        return [None if c is None else self.pool.get(c.problem_id, c.sha256) for c in candidates], set(todo)
+        entries = [None if c is None else self.pool.get(c.problem_id, c.sha256) or unpooled[(c.problem_id, c.sha256)]
+                   for c in candidates]
+        return entries, set(todo)
 
 
 def epoch_metrics(records: Sequence[RewardRecord]) -> dict[str, float]:
-    """Per-epoch numbers: mean/max reward, success rate, mean/median speedup of correct programs.
+    """Per-epoch numbers: mean/max reward, success rate, mean/median speedup of correct programs. Rewards
+    and the success rate count scored completions only (not those whose reference failed).
 
     >>> m = epoch_metrics([RewardRecord("p", "ok", 2.0, 1.0, False, 0), RewardRecord("p", "malformed", None, -2.0, False, 1)])
     >>> m["mean_reward"], m["success_rate"], m["median_speedup"]
@@ -226,16 +265,18 @@ def epoch_metrics(records: Sequence[RewardRecord]) -> dict[str, float]:
     """
     if not records:
         return {}
-    speedups = [r.speedup for r in records if r.speedup is not None]
-    rewards = [r.reward for r in records]
+    scored = [r for r in records if r.reward is not None]
+    speedups = [r.speedup for r in scored if r.speedup is not None]
+    rewards = [r.reward for r in scored if r.reward is not None]
     return {
-        "mean_reward": statistics.fmean(rewards),
-        "max_reward": max(rewards),
-        "success_rate": len(speedups) / len(records),
+        "mean_reward": statistics.fmean(rewards) if rewards else math.nan,
+        "max_reward": max(rewards) if rewards else math.nan,
+        "success_rate": len(speedups) / len(scored) if scored else math.nan,
         "mean_speedup": statistics.fmean(speedups) if speedups else math.nan,
         "median_speedup": statistics.median(speedups) if speedups else math.nan,
         "max_speedup": max(speedups) if speedups else math.nan,
         "well_formed_rate": sum(r.format_errors == 0 for r in records) / len(records),
         "cached_rate": sum(r.cached for r in records) / len(records),
+        "harness_failed_rate": (len(records) - len(scored)) / len(records),
         "completions": float(len(records)),
     }

@@ -82,7 +82,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        seed=settings.seed + epoch,
+        seed=settings.seed + (epoch if settings.redraw_samples else 0),  # the trainer seeds generation with it
         disable_tqdm=True,
         gradient_checkpointing=settings.gradient_checkpointing,
         **device_kwargs(),

@@ -115,6 +115,11 @@ class RLSettings:
     # epoch's prompts change only where the pool gained an exemplar, and epoch metrics compare policies
     # rather than the luck of the draw (15 prompts per epoch made that luck larger than the RL effect).
     redraw_exemplars: bool = True
+    # True: epoch e samples its completions with seed + e. False: every epoch samples with the same seed
+    # (common random numbers), so an epoch's completions differ from the previous epoch's only where the
+    # policy changed: with 60 completions an epoch, fresh draws moved a frozen policy's success rate by up
+    # to 20 points between epochs, more than any update did (docs/learning.md, experiments R).
+    redraw_samples: bool = True
     num_generations: int = 4  # G: completions per prompt (the normalisation group)
     # Prompts per optimisation step (G completions each). Lowered to a divisor of the epoch's prompt count
     # so that no prompt is dropped.

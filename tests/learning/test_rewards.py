@@ -109,6 +109,38 @@ def test_a_cached_measurement_keeps_this_runs_provenance(problems):
     assert reward.evaluated == 0
 
 
+def test_a_failed_reference_is_not_the_completions_failure(problems):
+    # The evaluator reports a harness failure (the problem's reference would not load or run) as
+    # runtime_error with reason "reference failed: ...". Scoring it as the candidate's failure taught the
+    # policy against correct programs (docs/learning.md, runs F and H): it gets None (TRL leaves it out of
+    # the group's baseline), stays out of the group's normalisation, the pool, the cache and the success rate.
+    from cudal1.candidates import Evaluation, Status
+
+    p = problems[0]
+    fine, unlucky = template_source(p, "no_grad"), template_source(p, "inference_mode")
+    calls = []
+
+    def flaky_harness(probs, cands):
+        calls.append(len(cands))
+        return [Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=1.0) if c.source == fine else
+                Evaluation(c.problem_id, c.candidate_id, Status.RUNTIME_ERROR,
+                           reason=f"reference failed: {c.problem_id}: reference failed to load: boom",
+                           flags=("reference_failed",))
+                for c in cands]
+
+    cache = CandidatePool()
+    reward = SpeedupReward({p.problem_id: p}, flaky_harness, CandidatePool(), failure_reward=-4.0, cache=cache)
+    out = reward([render_response("a", "b", fine), render_response("a", "b", unlucky), "no code"],
+                 prompts=["A"] * 3, problem_id=[p.problem_id] * 3)
+    assert out == [0.0, None, -4.0]  # the correct program alone: no spread, 0; the malformed one is a failure
+    assert [e.source for e in reward.pool.entries()] == [fine] and len(cache) == 1
+    reward([render_response("a", "b", unlucky)], prompts=["B"], problem_id=[p.problem_id])
+    assert calls == [2, 1]  # not cached: the next sight of the program measures it again
+    metrics = epoch_metrics(reward.history)
+    assert metrics["success_rate"] == 0.5 and metrics["mean_reward"] == -2.0  # of the two scored completions
+    assert metrics["harness_failed_rate"] == 0.5
+
+
 def test_format_reward():
     assert format_reward([render_response("a", "b", "class ModelNew: pass")]) == [1.0]
     assert format_reward(["## Code Implementation\n```python\nclass ModelNew: pass\n```"]) == [pytest.approx(1 / 3)]

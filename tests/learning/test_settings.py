@@ -51,3 +51,10 @@ def test_a_new_exemplar_changes_only_its_own_problems_prompt():
     assert after["b"] == before["b"] and after["c"] == before["c"]  # same draw: their pools did not change
     redrawn = replace(settings, redraw_exemplars=True)
     assert len({epoch_prompts(problems, pool, redrawn, epoch=e)[1]["prompt"] for e in range(8)}) > 1
+
+
+def test_without_redrawn_samples_every_epoch_samples_with_one_seed(tmp_path):
+    # The trainer seeds generation with args.seed: one seed for all epochs gives a frozen policy the same
+    # completions every epoch, so an epoch's change in success rate is the policy's change.
+    settings = RLSettings(seed=3, redraw_samples=False)
+    assert {grpo_config(settings, tmp_path, epoch=e, n_prompts=15).seed for e in range(3)} == {3}
