@@ -178,3 +178,24 @@ def test_candidate_id_is_content_hash() -> None:
     a, b = Candidate("p", "x = 1\n"), Candidate("p", "x = 2\n")
     assert a.candidate_id != b.candidate_id and len(a.candidate_id) == 16
     assert Candidate("q", "x = 1\n").sha256 == a.sha256
+
+
+def test_chunked_comparison_matches_a_single_pass() -> None:
+    from cudal1.evaluator.compare import _compare_tensor
+
+    cfg = EvalConfig(device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(1001, generator=gen)
+    ref[[3, 500, 999]] = torch.tensor([math.nan, math.inf, -math.inf])
+    for noise in (1e-6, 3e-4, 1.0):
+        out = ref + noise * torch.randn(1001, generator=gen)
+        out[[3, 500, 999]] = ref[[3, 500, 999]]
+        whole, chunked = _compare_tensor(ref, out, cfg, chunk=1 << 20), _compare_tensor(ref, out, cfg, chunk=7)
+        assert whole.ok == chunked.ok and whole.reason == chunked.reason
+        assert math.isclose(whole.max_rel_l2_error, chunked.max_rel_l2_error, rel_tol=1e-9)
+        assert whole.max_abs_error == chunked.max_abs_error
+    moved = ref.clone()
+    moved[4] = math.nan  # a NaN where the reference is finite, found in whichever chunk it falls
+    assert not _compare_tensor(ref, moved, cfg, chunk=7).ok
+    z = torch.randn(64, dtype=torch.complex64, generator=gen)
+    assert _compare_tensor(z, z, cfg, chunk=5).ok and not _compare_tensor(z, z + 0.5j, cfg, chunk=5).ok

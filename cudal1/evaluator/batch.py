@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
+from cudal1.evaluator.builds import QUIET, needs_build, pin_cuda_arch, prebuild
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -21,62 +25,25 @@ from cudal1.evaluator.core import (
     default_extensions_root,
     device_name,
     evaluate_candidate,
-    module_file,
+    load_candidate,
     prepare_candidate_worker,
 )
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
 Progress = Callable[[Evaluation], None]
+# Reason prefixes of evaluations that are the harness's failures, not the candidate's.
+REFERENCE_FAILED = "reference failed"
+HARNESS_FAILED = "harness failed"
 
 
-def _needs_build(source: str) -> bool:
-    return "load_inline" in source or "cpp_extension" in source
-
-
-def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensions_root: Path) -> str:
-    """Build (import and construct) a candidate once in a throwaway worker so its extension lands in
-    the shared cache keyed by the source hash; returns an error message or ''. Failures are left for
-    the timed evaluation to report: it rebuilds, fails the same way and records the verdict."""
-    root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
-    # A build worker runs the candidate's module and constructs it on the CPU: the harness puts nothing on
-    # the GPU another candidate is being timed on. The GPUs stay visible, because CUDA-L1's programs
-    # compile only when torch.cuda.is_available() (measured: hiding them left 15-30 s builds on the timed
-    # path); a program that moves itself to the GPU in __init__ fails here after its build is cached and
-    # is loaded normally when its turn comes. TORCH_CUDA_ARCH_LIST is fixed by evaluate_many so both
-    # compile the same thing.
-    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, nice=19,
-                      extensions_dir=extensions_root / candidate.sha256[:16])
-    try:
-        root.chmod(0o711)
-        work = root / "w"
-        work.mkdir(mode=0o700)
-        (work / "candidate.py").write_text(candidate.source)
-        (work / "reference.py").write_text(problem.source)
-        with WorkerProcess(spec, work, "build") as worker:
-            worker.wait_ready(config.load_timeout_s)
-            reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(work / "reference.py"),
-                                 "candidate_path": str(work / "candidate.py"), "init_seed": 0,
-                                 "module_file": module_file(worker)},
-                                config.build_timeout_s + config.load_timeout_s)
-            return "" if reply.get("ok") else str(reply.get("error", "failed"))
-    except WorkerFailure as exc:
-        return exc.message
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def pin_cuda_arch(devices: Sequence[str]) -> None:
-    """Fix TORCH_CUDA_ARCH_LIST (workers inherit it) to the devices' compute capabilities, unless the user
-    set it: a build worker that sees no GPU then compiles exactly what the timed worker would, and both
-    hit the same cached build."""
-    import torch
-
-    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():
-        return
-    caps = sorted({torch.cuda.get_device_capability(int(d.split(":")[1]) if ":" in d else 0) for d in devices})
-    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{major}.{minor}" for major, minor in caps)
+def release_cache(config: EvalConfig) -> None:
+    """Give the parent's freed device memory back to the driver: the caching allocator would otherwise
+    keep the last problem's records reserved, out of reach of the next workers."""
+    if config.is_cuda and torch.cuda.is_available():
+        with torch.cuda.device(config.device):
+            torch.cuda.empty_cache()
 
 
 class _Sink:
@@ -104,7 +71,7 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes, on another
     device when there is one, and reject when the two disagree by more than the tolerance."""
     other = next((d for d in devices if d != device), device)
-    second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root)
+    second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root, quiet=QUIET)
     if not second.ok or second.speedup is None or first.speedup is None:
         return replace(first, status=second.status if not second.ok else Status.REJECTED,
                        reason=f"re-measurement on {other} failed: {second.reason}", speedup=None)
@@ -153,18 +120,32 @@ def evaluate_many(
     builds: dict[str, Future[str]] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for c in todo:
-            if _needs_build(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
+            if needs_build(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
                 builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
         order: dict[str, list[Candidate]] = {}
         for c in todo:
             order.setdefault(c.problem_id, []).append(c)
         groups = _Groups([(by_id[pid], cands) for pid, cands in order.items()], builds)
-        threads = [threading.Thread(target=_device_loop, args=(d, groups, builds, config, devices, ext_root, sink),
-                                    name=f"cudal1-eval-{d}", daemon=True) for d in devices]
+        errors: list[BaseException] = []
+
+        def run_device(device: str) -> None:
+            try:
+                _device_loop(device, groups, builds, config, devices, ext_root, sink)
+            except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
+                errors.append(exc)
+                groups.close()
+                pool.shutdown(wait=False, cancel_futures=True)  # builds not started yet are not needed now
+
+        threads = [threading.Thread(target=run_device, args=(d,), name=f"cudal1-eval-{d}", daemon=True)
+                   for d in devices]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if errors:
+            raise RuntimeError(f"the evaluation loop stopped after {len(sink.new)} evaluations (kept"
+                               f"{' in ' + str(path) if path else ''}; run again to resume): "
+                               f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
     return sink.new
 
 
@@ -174,6 +155,11 @@ class _Groups:
 
     def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
         self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
+
+    def close(self) -> None:
+        """Nothing more is handed out (a device loop died; the others finish their current group)."""
+        with self.lock:
+            self.groups.clear()
 
     def _ready(self, cands: list[Candidate]) -> bool:
         return all(c.sha256 not in self.builds or self.builds[c.sha256].done() for c in cands)
@@ -194,18 +180,60 @@ class _Groups:
             wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
 
 
+def _quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[None]]:
+    """The timing context of a device loop: first the loads running ahead finish, then builds pause."""
+
+    @contextmanager
+    def quiet() -> Iterator[None]:
+        wait(waits)
+        with QUIET():
+            yield
+
+    return quiet
+
+
+class _Ahead:
+    """A coming candidate's worker: started two candidates ahead (interpreter, torch, CUDA context), sent
+    its load command one candidate ahead."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.loaded: Future[dict] | None = None
+
+    def discard(self) -> None:
+        self.worker.close()
+        shutil.rmtree(self.worker.workdir.parent, ignore_errors=True)
+
+
 def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], config: EvalConfig,
                  devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
-    """One device, one candidate timed at a time. The next problem's reference worker and the next
-    candidate's worker start while the current candidate is measured, so interpreter, torch and CUDA
-    start-up stay off the critical path."""
+    """One device, one candidate timed at a time. What comes next gets ready while the current candidate
+    is checked, off the critical path: the workers of the next two candidates (and the reference workers
+    of their problems) start, and the next candidate and its reference load (import, cached build,
+    construct). Process start-up puts almost nothing on the device; loading does, so timing waits until
+    the next loads are done: nothing else of the batch runs on the device while a candidate is timed
+    (build-worker warm-ups aside, see prebuild)."""
     cfg = config.with_device(device)
 
     def start_reference(problem: Problem) -> ReferenceSession | str:
         try:
-            return ReferenceSession(problem, cfg, load=False)  # built when its turn comes, not during a timing
+            return ReferenceSession(problem, cfg, load=False)
         except (ReferenceError, WorkerFailure) as exc:
             return str(exc)
+
+    def load_reference(future: Future) -> None:
+        session = future.result()
+        if not isinstance(session, str):
+            try:
+                session.load()
+            except ReferenceError:
+                pass  # raised again when its turn comes, and reported then
+
+    def load_ahead(worker: WorkerProcess, future: Future) -> dict:
+        session = future.result()
+        if isinstance(session, str):
+            return {"ok": False, "error": session}
+        return load_candidate(worker, session.init_seed, cfg)
 
     def next_group(block: bool) -> tuple[Problem, list[Candidate], Future] | None:
         taken = groups.take(block)
@@ -213,12 +241,31 @@ def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], c
             return None
         return taken[0], taken[1], starter.submit(start_reference, taken[0])
 
-    with ThreadPoolExecutor(max_workers=1) as starter:
+    def can_start(c: Candidate) -> bool:
+        built = c.sha256 not in builds or builds[c.sha256].done()
+        return built and not (cfg.static_checks and check_source(c.source).rejected)
+
+    def coming(cands: list[Candidate], i: int, future: Future) -> list[tuple[Problem, Candidate, Future]]:
+        """The two candidates after cands[i], taking the groups that are ready as needed."""
+        out = [(problem, c, future) for c in cands[i + 1:i + 3]]
+        k = 0
+        while len(out) < 2:
+            if k == len(queue):
+                taken = next_group(block=False)
+                if taken is None:
+                    break
+                queue.append(taken)
+            p, cs, f = queue[k]
+            out += [(p, c, f) for c in cs[:2 - len(out)]]
+            k += 1
+        return out
+
+    queue: deque[tuple[Problem, list[Candidate], Future]] = deque()  # groups taken, after the current one
+    started: dict[int, _Ahead] = {}  # by id() of the candidate
+    with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2) as loader:
         current = next_group(block=True)
-        prepared: WorkerProcess | None = None
         while current is not None:
             problem, cands, session_future = current
-            upcoming = next_group(block=False)  # prestarted only if one is ready now
             session = session_future.result()
             if not isinstance(session, str):
                 try:
@@ -228,33 +275,53 @@ def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], c
             if isinstance(session, str):
                 for c in cands:
                     sink.add(_reference_failed(problem, c, cfg, session))
-                current = upcoming if upcoming is not None else next_group(block=True)
+                    if id(c) in started:
+                        started.pop(id(c)).discard()
+                current = queue.popleft() if queue else next_group(block=True)
                 continue
             with session:
                 for i, c in enumerate(cands):
                     if c.sha256 in builds:
                         builds[c.sha256].result()
-                    worker = prepared or prepare_candidate_worker(problem, c, cfg, ext_root)
-                    following = (problem, cands[i + 1]) if i + 1 < len(cands) else \
-                        ((upcoming[0], upcoming[1][0]) if upcoming is not None else None)
-                    prepared = None
-                    if following is not None and (following[1].sha256 not in builds or builds[following[1].sha256].done()):
-                        prepared = prepare_candidate_worker(following[0], following[1], cfg, ext_root)
+                    mine = started.pop(id(c), None)
+                    worker = mine.worker if mine is not None else prepare_candidate_worker(problem, c, cfg, ext_root)
+                    loaded = mine.loaded if mine is not None else None
+                    upcoming = coming(cands, i, session_future)
+                    for stale in set(started) - {id(u[1]) for u in upcoming}:
+                        started.pop(stale).discard()
+                    waits: list[Future] = []
+                    for j, (p, u, f) in enumerate(upcoming):
+                        if id(u) not in started and can_start(u):
+                            started[id(u)] = _Ahead(prepare_candidate_worker(p, u, cfg, ext_root))
+                        if j == 0 and id(u) in started:
+                            started[id(u)].loaded = loader.submit(load_ahead, started[id(u)].worker, f)
+                            waits.append(started[id(u)].loaded)
+                        if j == 0 and p is not problem:
+                            waits.append(loader.submit(load_reference, f))
                     try:
                         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root,
-                                                    prepared=worker)
+                                                    prepared=worker, loaded=loaded,
+                                                    quiet=_quiet_after(waits))
+                        if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
+                            result = _recheck(result, problem, c, cfg, devices, device, ext_root)
                     except ReferenceError as exc:
                         result = _reference_failed(problem, c, cfg, str(exc))
-                    if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-                        result = _recheck(result, problem, c, cfg, devices, device, ext_root)
+                    except Exception as exc:  # noqa: BLE001 - the harness's own failure (e.g. parent OOM)
+                        # recorded against the harness, never the candidate, and the batch goes on
+                        result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
+                    finally:
+                        release_cache(cfg)
                     sink.add(result)
-            current = upcoming if upcoming is not None else next_group(block=True)
-        if prepared is not None:
-            prepared.close()
-            shutil.rmtree(prepared.workdir.parent, ignore_errors=True)
+            current = queue.popleft() if queue else next_group(block=True)
+        for ahead in started.values():
+            ahead.discard()
 
 
-def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str) -> Evaluation:
-    return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"reference failed: {message}",
-                      flags=("reference_failed",), device=cfg.device, device_name=device_name(cfg.device),
+def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str,
+                      prefix: str = REFERENCE_FAILED) -> Evaluation:
+    """An evaluation that says nothing about the candidate: its problem's reference (or the harness) failed.
+    Its reason starts with ``prefix``, which :func:`cudal1.training.rewards.harness_failed` looks for."""
+    flag = prefix.replace(" ", "_")
+    return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"{prefix}: {message}",
+                      flags=(flag,), device=cfg.device, device_name=device_name(cfg.device),
                       config_hash=cfg.hash, problem_sha256=problem.sha256, candidate_sha256=c.sha256)

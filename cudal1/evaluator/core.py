@@ -12,6 +12,9 @@ import random
 import secrets
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,9 @@ def _check_integrity(reply: dict[str, Any], worker: WorkerProcess, flags: set[st
         raise Verdict(Status.REJECTED, "changed global state: " + "; ".join(violations["changed"]))
     if violations.get("precision"):
         flags.add("precision_flags")
+    builds = reply.get("builds") or {}
+    if builds.get("failed") or builds.get("cached_failures"):
+        flags.add("extension_build_failed")  # its extension did not compile: its fallback path was measured
     strays = worker.stray_processes()
     if strays:
         raise Verdict(Status.REJECTED, f"left {len(strays)} process(es) running (forks or subprocesses)")
@@ -89,15 +95,21 @@ class _Run:
 def _correctness(run: _Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
-    records = run.reference.records(seeds)
+    # One record at a time: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in, 8 GB out), and the
+    # parent holding several beside both workers' copies ran an 80 GB H100 out of memory (run L).
+    record = run.reference.records(seeds[:1])[0]
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
-                         for o in records[0]["outputs"]]
-    # Problem self-test: an output that does not depend on the inputs lets anything constant pass.
-    if outputs_equal(records[0]["outputs"], records[1]["outputs"]):
+                         for o in record["outputs"]]
+    # Problem self-test: an output that does not depend on the inputs lets anything constant pass. The
+    # second record is dropped after the test and fetched again for its trial (the reference is seeded).
+    if outputs_equal(record["outputs"], run.reference.records(seeds[1:2])[0]["outputs"]):
         if cfg.degenerate_policy == "reject":
             raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
         run.flags.add("degenerate_problem")
-    for k, record in enumerate(records[: cfg.correctness_trials]):
+    for k in range(cfg.correctness_trials):
+        if k > 0:
+            del record  # freed before the next one arrives
+            record = run.reference.records([seeds[k]])[0]
         out_path = run.worker.workdir / f"outputs-{secrets.token_hex(8)}.pt"
         reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
                                 cfg.run_timeout_s)
@@ -121,6 +133,7 @@ def _correctness(run: _Run) -> int:
         run.max_abs = max(run.max_abs, result.max_abs_error)
         run.max_rel = max(run.max_rel, result.max_rel_l2_error)
         run.max_scaled = max(run.max_scaled, result.max_scaled_error)
+        del payload
     return cfg.correctness_trials
 
 
@@ -210,6 +223,16 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
     return best, {"iters_per_trial": iters, "measurements": len(all_pairs) // cfg.timing_trials}
 
 
+def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig) -> dict[str, Any]:
+    """Send a prepared candidate worker its load command (import, build, construct with the reference's
+    init seed, move to the device); returns the reply. Raises WorkerFailure."""
+    worker.wait_ready(config.load_timeout_s)
+    return worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
+                        "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
+                        "module_file": module_file(worker)},
+                       config.build_timeout_s + config.load_timeout_s)
+
+
 def evaluate_candidate(
     problem: Problem,
     candidate: Candidate,
@@ -218,9 +241,14 @@ def evaluate_candidate(
     reference: ReferenceSession | None = None,
     extensions_root: Path | None = None,
     prepared: WorkerProcess | None = None,
+    loaded: Future[dict[str, Any]] | None = None,
+    quiet: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> Evaluation:
     """Evaluate one candidate. Never raises for anything the candidate does; raises ``ReferenceError``
-    only when the problem's own reference cannot run."""
+    only when the problem's own reference cannot run. A batch passes a ``prepared`` worker, the
+    ``loaded`` reply of its load command when that already ran (see :func:`load_candidate`), and
+    ``quiet``, a context the timing runs inside: entered once nothing else of the batch uses the device
+    or the CPU cores (loads done, builds paused)."""
     started = time.perf_counter()
     base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
                       device_name=device_name(config.device), config_hash=config.hash,
@@ -243,11 +271,7 @@ def evaluate_candidate(
     run = _Run(problem, candidate, config, reference, worker, set(static_flags))
     result = base
     try:
-        worker.wait_ready(config.load_timeout_s)
-        reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
-                             "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": reference.init_seed,
-                             "module_file": module_file(worker)},
-                            config.build_timeout_s + config.load_timeout_s)
+        reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
         result = replace(result, build_s=reply.get("build_s"))
@@ -258,7 +282,8 @@ def evaluate_candidate(
                                 "load_s": round(phase - started, 3), "correctness_s": round(time.perf_counter() - phase, 3)})
         if config.timing:
             phase = time.perf_counter()
-            measured, extra = _timing(run)
+            with quiet() if quiet is not None else nullcontext():
+                measured, extra = _timing(run)
             extra["timing_s"] = round(time.perf_counter() - phase, 3)
             result = replace(result, speedup=measured.speedup, reference_ms=measured.reference_ms,
                              candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import probes, transport
+from cudal1.evaluator import extensions, probes, transport
 from cudal1.evaluator.probes import (
     L2Flush,
     fingerprint,
@@ -95,6 +95,12 @@ def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleT
     return module
 
 
+def _mentions_builds(path: str) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    return "cpp_extension" in text or "load_inline" in text
+
+
 def _own_code() -> dict[str, Any]:
     """The harness's own methods and helpers: a candidate that wraps them (found through gc or
     sys.modules) to rewrite replies is caught by identity, like a patched torch function."""
@@ -125,6 +131,7 @@ class Worker:
         self.l2: L2Flush | None = None
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
+        self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -159,6 +166,8 @@ class Worker:
         self.l2 = L2Flush(self.device, self.flush_l2)
         self._snapshot()
         if msg["role"] == "candidate":
+            if _mentions_builds(msg["candidate_path"]):
+                self.builds = extensions.install(os.environ.get("TORCH_EXTENSIONS_DIR"))
             module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
             cls = getattr(module, "ModelNew", None)
             if cls is None:
@@ -198,6 +207,13 @@ class Worker:
         """Send a known tensor: the parent checks that device memory reaches it (before any program loads)."""
         return {"ok": True} | self._ship({"probe": torch.arange(1000, dtype=torch.float32, device=self.device)},
                                          msg.get("out_path"))
+
+    def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One forward, nothing sent back: a build worker runs it so builds a program starts on its first
+        call land in the cache before the program is timed."""
+        self._forward(self._inputs_for(msg["seed"]))
+        self._sync()
+        return {"ok": True}
 
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Reference role only: inputs and outputs for each seed, sent to the parent."""
@@ -328,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         "run": worker.run,
         "time": worker.time_trial,
         "probe": worker.probe,
+        "warm": worker.warm,
     }
     replies.write(send_json({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
     for line in commands:
@@ -348,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
                 text = f"out of memory: {text}"
             reply = {"ok": False, "kind": kind, "error": text[-4000:], "traceback": traceback.format_exc()[-4000:]}
         reply["violations"] = worker.violations() if worker.guards else {}
+        if worker.builds is not None:
+            reply["builds"] = worker.builds.summary()
         reply["nonce"] = msg.get("nonce")
         replies.write(send_json(reply) + "\n")
     replies.flush()

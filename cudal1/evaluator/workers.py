@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -118,11 +119,16 @@ class ReferenceSession:
         self.build_s = 0.0
         self._loaded = False
         self._failure = ""
+        self._lock = threading.Lock()  # a batch may load it ahead from another thread
         if load:
             self.load()
 
     def load(self) -> None:
         """Build the reference model in its worker (once); raises ReferenceError, then again on every call."""
+        with self._lock:
+            self._load()
+
+    def _load(self) -> None:
         if self._loaded:
             return
         if self._failure:

@@ -1,0 +1,103 @@
+"""Hooks around torch's extension builder, installed in a candidate's worker before its code runs.
+
+Two jobs:
+
+- **Count builds**, so the batch knows whether importing and constructing a program built its extension
+  or whether the build waits for the first ``forward`` (CUDA-L1's programs do both); the second kind is
+  then warmed up on the GPU by a build worker instead of compiling on the timed path.
+- **Remember failed builds.** Many released programs try to compile an extension, catch the failure and
+  fall back to PyTorch. A build that fails leaves nothing in torch's cache, so every fresh worker
+  compiled it again for 12-17 s just to fail (measured on the H100, docs/gpu-runs.md run I). A failure
+  of a given build (same name, sources and flags) is written next to the candidate's builds and raised
+  again at once by later calls, with the original message: the program takes the same fallback, sooner.
+  Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a
+  failure to load a built module, so a transient problem is not frozen into the cache.
+
+The cache folder belongs to one candidate (its source hash), so a program can only poison its own
+entries. This module imports torch and the standard library only: the worker imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAILED = ".cudal1-failed-builds"
+
+
+@dataclass
+class BuildLog:
+    """What the program asked of the extension builder in this worker."""
+
+    calls: int = 0
+    failed: list[str] = field(default_factory=list)  # builds that failed here (compiler errors)
+    cached: list[str] = field(default_factory=list)  # builds answered from a failure remembered earlier
+
+    def summary(self) -> dict[str, Any]:
+        return {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
+                "first_error": (self.failed + self.cached or [""])[0][:300]}
+
+
+def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """A build's identity: the builder, its arguments, and the contents of source files it names.
+
+    >>> a = build_key("load_inline", ("m",), {"cpp_sources": "int f();"})
+    >>> a == build_key("load_inline", ("m",), {"cpp_sources": "int f();"}), len(a)
+    (True, 64)
+    >>> a == build_key("load_inline", ("m",), {"cpp_sources": "int g();"})
+    False
+    """
+    digest = hashlib.sha256(kind.encode())
+    digest.update(json.dumps([list(args), sorted(kwargs.items())], default=str).encode())
+    sources = kwargs.get("sources", args[1] if kind == "load" and len(args) > 1 else [])
+    for path in [sources] if isinstance(sources, (str, os.PathLike)) else list(sources or []):
+        try:
+            digest.update(Path(path).read_bytes())
+        except (OSError, TypeError):
+            pass
+    return digest.hexdigest()
+
+
+def _is_compiler_failure(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and "Error building extension" in str(exc)
+
+
+def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
+    @functools.wraps(original)
+    def build(*args: Any, **kwargs: Any) -> Any:
+        log.calls += 1
+        marker = folder / build_key(kind, args, kwargs) if folder is not None else None
+        if marker is not None and marker.is_file():
+            message = marker.read_text(encoding="utf-8", errors="replace")
+            log.cached.append(message)
+            raise RuntimeError(message)
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            if marker is not None and _is_compiler_failure(exc):
+                log.failed.append(str(exc))
+                try:
+                    marker.parent.mkdir(exist_ok=True)
+                    marker.write_text(str(exc)[:20000] + "\n(cudal1: remembered failure of this exact build; "
+                                      "later workers raise it without compiling again)", encoding="utf-8")
+                except OSError:
+                    pass
+            raise
+
+    return build
+
+
+def install(extensions_dir: str | None) -> BuildLog:
+    """Wrap ``torch.utils.cpp_extension.load_inline`` and ``load`` (before the candidate imports them)."""
+    import torch.utils.cpp_extension as cpp
+
+    log = BuildLog()
+    folder = Path(extensions_dir) / FAILED if extensions_dir else None
+    for kind in ("load_inline", "load"):
+        setattr(cpp, kind, _wrap(getattr(cpp, kind), kind, log, folder))
+    return log

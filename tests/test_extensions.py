@@ -1,0 +1,219 @@
+"""Extension builds in workers: failed compiles are remembered per candidate, builds are counted, and a
+batch loads the next candidate while the current one is checked (CPU, real g++ and real workers)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils.cpp_extension as cpp
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.batch import evaluate_many
+from cudal1.evaluator.core import evaluate_candidate
+from cudal1.evaluator.extensions import FAILED, install
+from cudal1.problems import Problem
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FAST = EvalConfig(correctness_trials=2, timing_trials=2, target_trial_ms=2.0, recheck_above=None, remeasure=0)
+
+# Tries a C++ extension that does not compile and falls back to PyTorch, as many released programs do.
+FALLBACK = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SOURCE = """
+#include <torch/extension.h>
+torch::Tensor scale_shift(torch::Tensor x) { int broken = x; return x; }
+"""
+try:
+    _ext = load_inline(name="cudal1_test_fallback", cpp_sources=_SOURCE, functions=["scale_shift"])
+except Exception:
+    _ext = None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _ext.scale_shift(x) if _ext is not None else x * 2 + 1
+'''
+
+
+@pytest.fixture
+def ext_root() -> Iterator[Path]:
+    """A build cache sandboxed workers can reach (pytest's tmp_path sits under a 0700 folder)."""
+    root = Path(tempfile.mkdtemp(prefix="cudal1-test-ext-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _problem() -> Problem:
+    return Problem("ext-scale_shift", 1, "scale_shift", (FIXTURES / "problems" / "scale_shift.py").read_text(),
+                   suite="test")
+
+
+def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def failing(name: str, **kwargs: object) -> None:
+        calls.append(name)
+        raise RuntimeError(f"Error building extension '{name}': error: cannot convert")
+
+    def flaky(name: str, **kwargs: object) -> None:
+        calls.append(name)
+        raise RuntimeError("ninja: build stopped: interrupted by the user")  # not a compiler failure
+
+    monkeypatch.setattr(cpp, "load_inline", failing)
+    monkeypatch.setattr(cpp, "load", flaky)
+    first = install(str(tmp_path))
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Error building extension 'm'"):
+            cpp.load_inline("m", cpp_sources="int f();")
+    assert calls == ["m"]  # the second call was answered from the remembered failure
+    assert first.summary()["calls"] == 2 and first.summary()["failed"] == 1 and first.summary()["cached_failures"] == 1
+    with pytest.raises(RuntimeError, match="Error building extension 'other'"):
+        cpp.load_inline("other", cpp_sources="int g();")  # another build is its own entry
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="interrupted"):
+            cpp.load("n", sources=[])
+    assert calls == ["m", "other", "n", "n"]  # a non-compiler failure is never frozen into the cache
+    assert len(list((tmp_path / FAILED).iterdir())) == 2
+
+
+def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
+    problem, candidate = _problem(), Candidate("ext-scale_shift", FALLBACK, origin="test")
+    first = evaluate_candidate(problem, candidate, FAST, extensions_root=ext_root)
+    assert first.status is Status.OK, first.reason
+    assert "extension_build_failed" in first.flags
+    markers = list(ext_root.glob(f"*/{FAILED}/*"))
+    assert len(markers) == 1 and "Error building extension" in markers[0].read_text()
+    again = evaluate_candidate(problem, candidate, FAST, extensions_root=ext_root)  # answered from the marker
+    assert again.status is Status.OK and "extension_build_failed" in again.flags
+
+
+def test_batch_with_loads_ahead_evaluates_each_candidate_against_its_own_problem(ext_root: Path) -> None:
+    """Several problems, several candidates each, one wrong: the next candidate is loaded while the
+    current one is checked, and every result belongs to the program it names."""
+    stems = ("scale_shift", "relu", "min_clamp")
+    problems = [Problem(f"ext-{s}", 1, s, (FIXTURES / "problems" / f"{s}.py").read_text(), suite="test") for s in stems]
+    candidates = []
+    for p in problems:
+        right = p.source.replace("class Model(", "class ModelNew(")
+        wrong = right.replace("def forward(self", "def _forward(self").replace(
+            "class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    def forward(self, *a):\n"
+            "        return self._forward(*a) + 1\n")
+        candidates += [Candidate(p.problem_id, right, origin="right"), Candidate(p.problem_id, wrong, origin="wrong")]
+    results = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root)
+    assert len(results) == 6
+    by_id = {c.candidate_id: c for c in candidates}
+    for result in results:
+        origin = by_id[result.candidate_id].origin
+        assert (result.status is Status.OK) == (origin == "right"), (result.problem_id, origin, result.reason)
+        assert result.candidate_sha256 == by_id[result.candidate_id].sha256
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_quiet_stops_build_workers_and_their_compilers_while_timing() -> None:
+    """A build worker (session leader) whose compiler sits in its own process group, as ninja starts
+    them: both stop while a device times, and both run again afterwards."""
+    import subprocess
+    import sys
+    import time
+    from dataclasses import dataclass
+
+    from cudal1.evaluator.builds import Quiet
+
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], process_group=0)\n"
+            "print(child.pid, flush=True)\ntime.sleep(60)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        compiler = int(leader.stdout.readline())  # type: ignore[union-attr]
+        assert os.getpgid(compiler) != os.getpgid(leader.pid)  # a signal to the leader's group would miss it
+        quiet = Quiet()
+        @dataclass(frozen=True)
+        class Builder:  # what Quiet reads of a WorkerProcess
+            pid: int
+            uid: int | None = None
+
+        quiet.add(Builder(leader.pid))  # type: ignore[arg-type]
+        with quiet():
+            with quiet():  # a second device timing at once: builds stay stopped until both are done
+                pass
+            time.sleep(0.2)
+            assert _state(leader.pid) == "T" and _state(compiler) == "T"
+        time.sleep(0.2)
+        assert _state(leader.pid) != "T" and _state(compiler) != "T"
+    finally:
+        os.killpg(leader.pid, 9)
+        os.killpg(compiler, 9)
+        leader.wait()
+
+
+def _three_problems() -> tuple[list[Problem], list[Candidate]]:
+    stems = ("scale_shift", "relu", "min_clamp")
+    problems = [Problem(f"ext-{s}", 1, s, (FIXTURES / "problems" / f"{s}.py").read_text(), suite="test") for s in stems]
+    return problems, [Candidate(p.problem_id, p.source.replace("class Model(", "class ModelNew("), origin="right")
+                      for p in problems]
+
+
+def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on(
+        ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Run L: the parent ran out of device memory comparing one problem's outputs, the device thread died
+    and the batch returned 32 of 210 evaluations. Now that evaluation names the harness and the rest run."""
+    import cudal1.evaluator.batch as batch
+    from cudal1.training.rewards import harness_failed
+
+    real = batch.evaluate_candidate
+
+    def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
+        result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
+        if problem.name == "relu":  # the parent fails after the workers are done and closed
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.92 GiB")
+        return result
+
+    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    problems, candidates = _three_problems()
+    results = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root,
+                            results_path=tmp_path / "r.parquet")
+    by_problem = {r.problem_id: r for r in results}
+    assert len(results) == 3
+    failed = by_problem["ext-relu"]
+    assert failed.status is Status.RUNTIME_ERROR and failed.flags == ("harness_failed",)
+    assert failed.reason.startswith("harness failed: OutOfMemoryError: CUDA out of memory")
+    assert harness_failed(failed.status.value, failed.reason)  # RL leaves it out of the reward groups
+    assert by_problem["ext-scale_shift"].status is Status.OK and by_problem["ext-min_clamp"].status is Status.OK
+
+
+def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
+        ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import cudal1.evaluator.batch as batch
+    from cudal1.candidates import load_evaluations
+
+    calls = []
+
+    def broken(config: EvalConfig) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise SystemError("the device loop itself broke")
+
+    monkeypatch.setattr(batch, "release_cache", broken)
+    problems, candidates = _three_problems()
+    path = tmp_path / "r.parquet"
+    with pytest.raises(RuntimeError, match="stopped after 1 evaluations.*run again to resume"):
+        evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root, results_path=path)
+    assert len(load_evaluations(path)) == 1
+    monkeypatch.undo()
+    rest = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root, results_path=path)
+    assert len(rest) == 2 and len(load_evaluations(path)) == 3
