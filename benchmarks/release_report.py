@@ -42,6 +42,13 @@ def why(e: Evaluation | None, reported: float | None) -> str:
     if "shares memory with an input" in e.reason:
         notes.append("the program works in place on its input and returns it (torch.relu_(x) and the like): "
                      "the caller's tensor is overwritten")
+    if {"reference_failed", "harness_failed"} & set(e.flags):
+        return f"not measured: the harness failed, not the program ({e.reason[:140]})"
+    if "not reproduced" in e.reason:
+        notes.append("unconfirmed rather than caught: the two measurements disagree by more than CUDA-L1's 10%, "
+                     "and our own run-to-run spread on this machine reaches that (docs/reproduction/h100.md)")
+    if "extension_build_failed" in e.flags:
+        notes.append("its CUDA extension did not compile here: the program's PyTorch fallback was measured")
     if not e.ok:
         return "; ".join([f"{e.status.value}: {e.reason[:160]}", *notes])
     if "noisy" in e.flags:
@@ -50,8 +57,13 @@ def why(e: Evaluation | None, reported: float | None) -> str:
         notes.append("timing-method difference: fresh inputs every call, L2 flushed, device-wide sync; "
                      "CUDA-L1's harness rotates nothing and flushes nothing")
     if reported and e.speedup and e.speedup > reported:
-        notes.append("faster here than reported (H200 vs H100, or their harness's overheads)")
+        notes.append("faster here than reported (their harness's own overheads, or a different driver/software stack)")
     return "; ".join(notes) or "within noise"
+
+
+def _status(e: Evaluation) -> str:
+    """The row's verdict; a harness failure is not the program's (it counts as not measured)."""
+    return "harness_failed" if {"reference_failed", "harness_failed"} & set(e.flags) else e.status.value
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -77,7 +89,7 @@ def main() -> None:
         rep = r.reported.get("score_default")
         table.append({
             "problem_id": r.problem.problem_id, "level": r.problem.level, "has_code": r.candidate_source is not None,
-            "reported": rep, "status": e.status.value if e else ("no code" if r.candidate_source is None else "not run"),
+            "reported": rep, "status": _status(e) if e else ("no code" if r.candidate_source is None else "not run"),
             "strict_status": strict_verdict(e) if e else "", "measured": e.speedup if e else None,
             "recheck": e.extra.get("recheck_speedup") if e else None,
             "reference_ms": e.reference_ms if e else None, "candidate_ms": e.candidate_ms if e else None,
@@ -85,14 +97,16 @@ def main() -> None:
             "device": e.device_name if e else "",
         })
     run = [t for t in table if t["status"] not in ("no code", "not run")]
+    unmeasured = sum(t["status"] == "harness_failed" for t in run)
     # Only the rows measured here: the release itself stays in ../shared, never copied into the repository.
     with (args.out / "h100-rows.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(run)
     ok = [t for t in run if t["status"] == "ok"]
-    lines = [f"Rows measured: {len(run)} of {sum(t['has_code'] for t in table)} with code "
-             f"({sum(not t['has_code'] for t in table)} rows of the release carry no program). Device: {args.device_note}.",
+    lines = [f"Rows evaluated: {len(run)} of {sum(t['has_code'] for t in table)} with code "
+             f"({sum(not t['has_code'] for t in table)} rows of the release carry no program; {unmeasured} not measured "
+             f"because the harness failed). Device: {args.device_note}.",
              "", "| set | n | mean | max | p75 | p50 | p25 | > 1.01× |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, values in (("reported, same rows", [t["reported"] for t in ok if t["reported"] is not None]),
                           ("measured (1e-2)", [t["measured"] for t in ok]),

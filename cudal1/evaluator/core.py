@@ -270,11 +270,13 @@ def evaluate_candidate(
     root = worker.workdir.parent
     run = _Run(problem, candidate, config, reference, worker, set(static_flags))
     result = base
+    build_error = ""
     try:
         reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
         result = replace(result, build_s=reply.get("build_s"))
+        build_error = (reply.get("builds") or {}).get("first_error")
         phase = time.perf_counter()
         trials = _correctness(run)
         result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
@@ -298,6 +300,8 @@ def evaluate_candidate(
         shutil.rmtree(root, ignore_errors=True)
         if own_reference:
             reference.close()
+    if build_error:  # the compiler's words: whether the program or the machine's toolchain is at fault
+        result = replace(result, extra=result.extra | {"build_error": build_error})
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
 
 

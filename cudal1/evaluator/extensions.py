@@ -40,7 +40,7 @@ class BuildLog:
 
     def summary(self) -> dict[str, Any]:
         return {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
-                "first_error": (self.failed + self.cached or [""])[0][:300]}
+                "first_error": error_lines((self.failed + self.cached or [""])[0])}
 
 
 def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -61,6 +61,17 @@ def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         except (OSError, TypeError):
             pass
     return digest.hexdigest()
+
+
+def error_lines(message: str, limit: int = 600) -> str:
+    r"""The compiler's error lines of a failed build (torch puts the whole ninja log, command lines first,
+    into the exception), else its tail.
+
+    >>> error_lines("Error building extension 'm': [1/2] c++ -O3 x.cpp\nx.cpp:3: error: 'f' was not declared\nninja: build stopped")
+    "Error building extension 'm': [1/2] c++ -O3 x.cpp | x.cpp:3: error: 'f' was not declared"
+    """
+    lines = [ln.strip() for ln in message.splitlines() if "error" in ln.lower()]
+    return (" | ".join(lines) if lines else message[-limit:])[:limit]
 
 
 def _is_compiler_failure(exc: BaseException) -> bool:
