@@ -190,7 +190,7 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
     by_problem = {r.problem_id: r for r in results}
     assert len(results) == 3
     failed = by_problem["ext-relu"]
-    assert failed.status is Status.RUNTIME_ERROR and failed.flags == ("harness_failed",)
+    assert failed.status is Status.RUNTIME_ERROR and failed.flags == ("harness_failed", "retried_alone")
     assert failed.reason.startswith("harness failed: OutOfMemoryError: CUDA out of memory")
     assert harness_failed(failed.status.value, failed.reason)  # RL leaves it out of the reward groups
     assert by_problem["ext-scale_shift"].status is Status.OK and by_problem["ext-min_clamp"].status is Status.OK
@@ -217,3 +217,78 @@ def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
     monkeypatch.undo()
     rest = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root, results_path=path)
     assert len(rest) == 2 and len(load_evaluations(path)) == 3
+
+
+def test_out_of_memory_is_retried_with_nothing_running_ahead(
+        ext_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run M: L2-34's reference ran out of device memory beside the workers loaded ahead. The candidate
+    is evaluated once more, alone, and only a second failure is recorded."""
+    import cudal1.evaluator.batch as batch
+
+    real, seen = batch.evaluate_candidate, []
+
+    def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
+        seen.append((problem.name, kwargs.get("prepared") is not None))
+        result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
+        if problem.name == "relu" and seen.count(("relu", True)) == 1 and kwargs.get("prepared") is not None:
+            raise batch.ReferenceError("ext-relu: reference failed while timed: out of memory: CUDA out of memory")
+        return result
+
+    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    problems, candidates = _three_problems()
+    results = {r.problem_id: r for r in evaluate_many(problems, candidates, FAST, devices=["cpu"],
+                                                     extensions_root=ext_root)}
+    assert results["ext-relu"].status is Status.OK and "retried_alone" in results["ext-relu"].flags
+    assert ("relu", False) in seen  # the retry prepared its own worker: nothing ran ahead of it
+    assert all(r.status is Status.OK for r in results.values())
+
+
+SLOW_REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        for _ in range(30):
+            y = torch.tanh(x)
+        return y
+
+
+def get_inputs():
+    return [torch.randn(256, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# Honest and faster (one tanh instead of thirty), but its first call after a pause tunes itself for
+# 0.4 s, as a cudnn.benchmark program did on its first call of each batch in run M.
+TUNES_ON_FIRST_CALL = '''
+import time
+import torch
+import torch.nn as nn
+
+_last = [0.0]
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        now = time.perf_counter()
+        if now - _last[0] > 0.02:  # idle since its last batch (the reference's batch ran in between)
+            while time.perf_counter() - now < 0.4:  # busy: the rules reject sleeping
+                pass
+        _last[0] = time.perf_counter()
+        return torch.tanh(x)
+'''
+
+
+def test_a_program_that_tunes_on_its_warm_up_call_is_not_called_a_forger(ext_root: Path) -> None:
+    """Run M rejected four cudnn.benchmark rows as forged clocks: the warm-up call sat inside the parent's
+    wall clock of the timed batch. It is now a command of its own."""
+    problem = Problem("ext-slow_tanh", 1, "slow_tanh", SLOW_REFERENCE, suite="test")
+    cfg = EvalConfig(correctness_trials=2, timing_trials=5, target_trial_ms=100.0, recheck_above=None, remeasure=0)
+    result = evaluate_candidate(problem, Candidate(problem.problem_id, TUNES_ON_FIRST_CALL), cfg, extensions_root=ext_root)
+    assert result.status is Status.OK, result.reason
+    assert (result.speedup or 0) > 1.5  # and it is measured as the faster program it is

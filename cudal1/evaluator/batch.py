@@ -311,10 +311,38 @@ def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], c
                         result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
                     finally:
                         release_cache(cfg)
+                    if _out_of_memory(result):
+                        # Workers running ahead hold device memory too (L2-34's reference ran out in run M):
+                        # once more with nothing ahead, before the failure is recorded.
+                        wait(waits)
+                        for stale in list(started):
+                            started.pop(stale).discard()
+                        result = _alone(problem, c, cfg, session, ext_root, devices, device)
                     sink.add(result)
             current = queue.popleft() if queue else next_group(block=True)
         for ahead in started.values():
             ahead.discard()
+
+
+def _out_of_memory(result: Evaluation) -> bool:
+    """A harness (or reference) failure for want of device memory: worth one retry with nothing ahead."""
+    return bool({"reference_failed", "harness_failed"} & set(result.flags)) and "out of memory" in result.reason.lower()
+
+
+def _alone(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
+           devices: Sequence[str], device: str) -> Evaluation:
+    """Evaluate one candidate with no other worker of this device loop alive; flagged ``retried_alone``."""
+    try:
+        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, quiet=QUIET)
+        if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
+            result = _recheck(result, problem, c, cfg, devices, device, ext_root)
+    except ReferenceError as exc:
+        result = _reference_failed(problem, c, cfg, str(exc))
+    except Exception as exc:  # noqa: BLE001 - as in the device loop
+        result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
+    finally:
+        release_cache(cfg)
+    return replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
 
 
 def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str,

@@ -163,6 +163,13 @@ class ReferenceSession:
             records += got
         return records
 
+    def warm(self, seed: int) -> None:
+        """One untimed forward on fresh inputs (the warm-up before a timed batch, as its own command)."""
+        self.load()
+        reply = self.worker.call({"cmd": "warm", "seed": seed}, self.config.run_timeout_s)
+        if not reply.get("ok"):
+            raise ReferenceError(f"{self.problem.problem_id}: reference failed to warm up: {reply.get('error')}")
+
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
         self.load()
         spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
