@@ -42,7 +42,7 @@ def why(e: Evaluation | None, reported: float | None) -> str:
     if "shares memory with an input" in e.reason:
         notes.append("the program works in place on its input and returns it (torch.relu_(x) and the like): "
                      "the caller's tensor is overwritten")
-    if {"reference_failed", "harness_failed"} & set(e.flags):
+    if e.harness_failed:
         return f"not measured: the harness failed, not the program ({e.reason[:140]})"
     if "not reproduced" in e.reason:
         notes.append("unconfirmed rather than caught: the two measurements disagree by more than CUDA-L1's 10%, "
@@ -63,7 +63,7 @@ def why(e: Evaluation | None, reported: float | None) -> str:
 
 def _status(e: Evaluation) -> str:
     """The row's verdict; a harness failure is not the program's (it counts as not measured)."""
-    return "harness_failed" if {"reference_failed", "harness_failed"} & set(e.flags) else e.status.value
+    return "harness_failed" if e.harness_failed else e.status.value
 
 
 def summary(values: list[float]) -> dict[str, float]:

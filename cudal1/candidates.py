@@ -43,6 +43,26 @@ class Candidate:
         return sha256_text(self.source)
 
 
+# Reason prefixes of evaluations that say nothing about the candidate: its problem's reference failed, or
+# the evaluator itself did (e.g. its parent ran out of device memory). The flag is the prefix with "_".
+REFERENCE_FAILED = "reference failed"
+HARNESS_FAILED = "harness failed"
+
+
+def harness_failed(status: str, reason: str) -> bool:
+    """True when an evaluation failed because the harness did (the reference or the evaluator), not the
+    program. Reads the reason, which pool entries keep (they do not keep flags).
+
+    >>> harness_failed("runtime_error", "reference failed: p: reference failed to load: boom")
+    True
+    >>> harness_failed("runtime_error", "harness failed: OutOfMemoryError: CUDA out of memory")
+    True
+    >>> harness_failed("runtime_error", "ZeroDivisionError"), harness_failed("ok", "")
+    (False, False)
+    """
+    return status != "ok" and reason.startswith((REFERENCE_FAILED, HARNESS_FAILED))
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """The measurement of one candidate against one problem. Times in milliseconds, per forward call."""
@@ -89,6 +109,10 @@ class Evaluation:
         extra = data.get("extra") or "{}"
         data["extra"] = json.loads(extra) if isinstance(extra, str) else dict(extra)
         return cls(**data)
+
+    @property
+    def harness_failed(self) -> bool:
+        return harness_failed(self.status.value, self.reason)
 
     @property
     def key(self) -> tuple[str, str, str, str]:

@@ -75,7 +75,7 @@ def evaluate_one(
     problem = Problem(reference.stem, 0, reference.stem, ref_src)
     # Through the batch path so a large speedup gets the same fresh-process re-check as in a batch.
     [result] = evaluate_many([problem], [Candidate(problem.problem_id, cand_src, origin=str(candidate))], config)
-    if {"reference_failed", "harness_failed"} & set(result.flags):
+    if result.harness_failed:
         err.print(f"[red]error:[/red] {result.reason}")
         raise typer.Exit(2)
     if as_json:

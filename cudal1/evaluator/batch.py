@@ -13,11 +13,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
-from cudal1.evaluator.builds import QUIET, needs_build, pin_cuda_arch, prebuild
+from cudal1.candidates import (
+    HARNESS_FAILED,
+    REFERENCE_FAILED,
+    Candidate,
+    Evaluation,
+    Status,
+    load_evaluations,
+    save_evaluations,
+)
+from cudal1.evaluator.builds import QUIET, pin_cuda_arch, prebuild
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -28,14 +37,12 @@ from cudal1.evaluator.core import (
     load_candidate,
     prepare_candidate_worker,
 )
+from cudal1.evaluator.extensions import mentions_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
 Progress = Callable[[Evaluation], None]
-# Reason prefixes of evaluations that are the harness's failures, not the candidate's.
-REFERENCE_FAILED = "reference failed"
-HARNESS_FAILED = "harness failed"
 
 
 def release_cache(config: EvalConfig) -> None:
@@ -120,7 +127,7 @@ def evaluate_many(
     builds: dict[str, Future[str]] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for c in todo:
-            if needs_build(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
+            if mentions_builds(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
                 builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
         order: dict[str, list[Candidate]] = {}
         for c in todo:
@@ -298,26 +305,16 @@ def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], c
                             waits.append(started[id(u)].loaded)
                         if j == 0 and p is not problem:
                             waits.append(loader.submit(load_reference, f))
-                    try:
-                        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root,
-                                                    prepared=worker, loaded=loaded,
-                                                    quiet=_quiet_after(waits))
-                        if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-                            result = _recheck(result, problem, c, cfg, devices, device, ext_root)
-                    except ReferenceError as exc:
-                        result = _reference_failed(problem, c, cfg, str(exc))
-                    except Exception as exc:  # noqa: BLE001 - the harness's own failure (e.g. parent OOM)
-                        # recorded against the harness, never the candidate, and the batch goes on
-                        result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
-                    finally:
-                        release_cache(cfg)
+                    result = _guarded(problem, c, cfg, session, ext_root, devices, device, prepared=worker,
+                                      loaded=loaded, quiet=_quiet_after(waits))
                     if _out_of_memory(result):
                         # Workers running ahead hold device memory too (L2-34's reference ran out in run M):
                         # once more with nothing ahead, before the failure is recorded.
                         wait(waits)
                         for stale in list(started):
                             started.pop(stale).discard()
-                        result = _alone(problem, c, cfg, session, ext_root, devices, device)
+                        result = _guarded(problem, c, cfg, session, ext_root, devices, device, quiet=QUIET)
+                        result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
                     sink.add(result)
             current = queue.popleft() if queue else next_group(block=True)
         for ahead in started.values():
@@ -326,29 +323,31 @@ def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], c
 
 def _out_of_memory(result: Evaluation) -> bool:
     """A harness (or reference) failure for want of device memory: worth one retry with nothing ahead."""
-    return bool({"reference_failed", "harness_failed"} & set(result.flags)) and "out of memory" in result.reason.lower()
+    return result.harness_failed and "out of memory" in result.reason.lower()
 
 
-def _alone(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
-           devices: Sequence[str], device: str) -> Evaluation:
-    """Evaluate one candidate with no other worker of this device loop alive; flagged ``retried_alone``."""
+def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
+             devices: Sequence[str], device: str, **kwargs: Any) -> Evaluation:
+    """One evaluation (re-checked when its speedup is large) that never raises: a failure of the reference
+    or of the harness itself (e.g. the parent out of device memory) is recorded against the harness,
+    never the candidate, and the batch goes on."""
     try:
-        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, quiet=QUIET)
+        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
             result = _recheck(result, problem, c, cfg, devices, device, ext_root)
     except ReferenceError as exc:
         result = _reference_failed(problem, c, cfg, str(exc))
-    except Exception as exc:  # noqa: BLE001 - as in the device loop
+    except Exception as exc:  # noqa: BLE001 - the harness's own failure
         result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
     finally:
         release_cache(cfg)
-    return replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
+    return result
 
 
 def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str,
                       prefix: str = REFERENCE_FAILED) -> Evaluation:
     """An evaluation that says nothing about the candidate: its problem's reference (or the harness) failed.
-    Its reason starts with ``prefix``, which :func:`cudal1.training.rewards.harness_failed` looks for."""
+    Its reason starts with ``prefix``, which :func:`cudal1.candidates.harness_failed` looks for."""
     flag = prefix.replace(" ", "_")
     return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"{prefix}: {message}",
                       flags=(flag,), device=cfg.device, device_name=device_name(cfg.device),

@@ -17,12 +17,8 @@ from pathlib import Path
 from cudal1.candidates import Candidate
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, processes
 from cudal1.problems import Problem
-
-
-def needs_build(source: str) -> bool:
-    return "load_inline" in source or "cpp_extension" in source
 
 
 class Quiet:
@@ -76,18 +72,7 @@ class Quiet:
 def _members(leaders: set[int], uids: set[int]) -> list[int]:
     """Processes in the sessions led by ``leaders`` or owned by ``uids`` (ninja puts each compiler in
     its own process group, so a signal to the worker's group would miss them)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            owner = entry.stat().st_uid
-        except OSError:
-            continue
-        if int(entry.name) in leaders or int(fields[3]) in leaders or owner in uids:
-            found.append(int(entry.name))
-    return found
+    return [p.pid for p in processes() if p.pid in leaders or p.session in leaders or p.uid in uids]
 
 
 QUIET = Quiet()

@@ -43,6 +43,11 @@ class BuildLog:
                 "first_error": error_lines((self.failed + self.cached or [""])[0])}
 
 
+def mentions_builds(source: str) -> bool:
+    """Whether a program may call torch's extension builder (it names the module or ``load_inline``)."""
+    return "cpp_extension" in source or "load_inline" in source
+
+
 def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """A build's identity: the builder, its arguments, and the contents of source files it names.
 

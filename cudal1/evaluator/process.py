@@ -23,6 +23,31 @@ _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIB
              "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS")
 
 
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One line of /proc: what the harness needs to find the processes a worker started."""
+
+    pid: int
+    state: str
+    ppid: int
+    session: int
+    uid: int
+
+
+def processes() -> list[ProcessInfo]:
+    """Every process visible in /proc (those that vanish while read are skipped)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+            owner = entry.stat().st_uid
+        except OSError:
+            continue
+        found.append(ProcessInfo(int(entry.name), fields[0], int(fields[1]), int(fields[3]), owner))
+    return found
+
 class WorkerFailure(Exception):
     """The worker died, overran its bound, or broke protocol. ``kind`` is a Status value."""
 
@@ -244,20 +269,8 @@ class WorkerProcess:
     def stray_processes(self) -> list[int]:
         """Processes the worker started: its session, its children, and (sandboxed) anything with its uid,
         which also finds a double-forked child that left the session with setsid()."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == self.pid:
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                owner = entry.stat().st_uid
-            except OSError:
-                continue
-            # fields: state ppid pgrp session ...
-            ours = int(fields[3]) == self.pid or int(fields[1]) == self.pid or (self.uid is not None and owner == self.uid)
-            if ours and fields[0] != "Z":
-                found.append(int(entry.name))
-        return found
+        return [p.pid for p in processes() if p.pid != self.pid and p.state != "Z"
+                and (p.session == self.pid or p.ppid == self.pid or (self.uid is not None and p.uid == self.uid))]
 
     def kill(self) -> None:
         try:

@@ -21,6 +21,7 @@ import sys
 import time
 import traceback
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -95,12 +96,6 @@ def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleT
     return module
 
 
-def _mentions_builds(path: str) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
-    return "cpp_extension" in text or "load_inline" in text
-
-
 def _own_code() -> dict[str, Any]:
     """The harness's own methods and helpers: a candidate that wraps them (found through gc or
     sys.modules) to rewrite replies is caught by identity, like a patched torch function."""
@@ -166,7 +161,7 @@ class Worker:
         self.l2 = L2Flush(self.device, self.flush_l2)
         self._snapshot()
         if msg["role"] == "candidate":
-            if _mentions_builds(msg["candidate_path"]):
+            if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
                 self.builds = extensions.install(os.environ.get("TORCH_EXTENSIONS_DIR"))
             module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
             cls = getattr(module, "ModelNew", None)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cudal1.candidates import Candidate, Evaluation
+from cudal1.candidates import Candidate, Evaluation, harness_failed
 from cudal1.pool import CandidatePool, PoolEntry
 from cudal1.problems import Problem
 from cudal1.prompts import SECTIONS, parse_response
@@ -31,23 +31,6 @@ from cudal1.prompts import SECTIONS, parse_response
 EvaluateFn = Callable[[Sequence[Problem], Sequence[Candidate]], list[Evaluation]]
 
 MALFORMED = "malformed"
-# Prefix of the reason the evaluator gives when the problem's reference, not the candidate, failed
-# (cudal1.evaluator.batch._reference_failed). Pool entries keep the reason but not the evaluator's flags.
-REFERENCE_FAILED = "reference failed"
-HARNESS_FAILED = "harness failed"  # the evaluator itself failed (e.g. its parent ran out of device memory)
-
-
-def harness_failed(status: str, reason: str) -> bool:
-    """True when an evaluation failed because the reference did: a failure of the harness, not the program.
-
-    >>> harness_failed("runtime_error", "reference failed: p: reference failed to load: boom")
-    True
-    >>> harness_failed("runtime_error", "harness failed: OutOfMemoryError: CUDA out of memory")
-    True
-    >>> harness_failed("runtime_error", "ZeroDivisionError"), harness_failed("ok", "")
-    (False, False)
-    """
-    return status != "ok" and reason.startswith((REFERENCE_FAILED, HARNESS_FAILED))
 
 
 def normalise_group(scores: Sequence[float | None]) -> list[float | None]:
