@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
+RELEASE_COLUMNS = ("level", "has_code", "reported")  # the release's own facts, read from ../shared
 STRICT = 1e-4  # the default fp32 policy; the run itself used CUDA-L1's 1e-2
 
 
@@ -98,9 +99,11 @@ def main() -> None:
         })
     run = [t for t in table if t["status"] not in ("no code", "not run")]
     unmeasured = sum(t["status"] == "harness_failed" for t in run)
-    # Only the rows measured here: the release itself stays in ../shared, never copied into the repository.
+    # Only what was measured here: the release (its rows, levels, reported scores) stays in ../shared and is
+    # joined back by problem_id when this page is made, never copied into the repository.
+    ours = [k for k in table[0] if k not in RELEASE_COLUMNS]
     with (args.out / "h100-rows.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer = csv.DictWriter(handle, fieldnames=ours, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(run)
     ok = [t for t in run if t["status"] == "ok"]
