@@ -44,7 +44,7 @@ def test_evaluate_one_json_last_line(tmp_path: Path) -> None:
     good = cudal1("evaluate-one", "--reference", "ref.py", "--candidate", "good.py", *FAST, "--json", cwd=tmp_path)
     assert good.returncode == 0, good.stderr
     result = json.loads(good.stdout.strip().splitlines()[-1])
-    assert result["status"] == "ok" and result["speedup"] > 2.0  # O(n) instead of an O(n^2) diag
+    assert result["status"] == "ok" and result["speedup"] > 2.0, result  # O(n) instead of an O(n^2) diag
     assert result["reference_ms"] > result["candidate_ms"] > 0
     wrong = cudal1("evaluate-one", "--reference", "ref.py", "--candidate", "wrong.py", *FAST, "--json", cwd=tmp_path)
     assert wrong.returncode == 0  # a verdict, not a usage error
@@ -71,7 +71,7 @@ def test_evaluate_batch_is_resumable(tmp_path: Path) -> None:
     first = cudal1(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     table = pl.read_parquet(tmp_path / "res.parquet")
-    assert table.height == 2 and set(table["status"]) == {"ok"}
+    assert table.height == 2 and set(table["status"]) == {"ok"}, table.select("status", "reason").rows()
     again = cudal1(*args, cwd=tmp_path)
     assert again.returncode == 0 and "0 new evaluations" in again.stderr
     assert pl.read_parquet(tmp_path / "res.parquet").height == 2

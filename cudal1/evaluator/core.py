@@ -231,9 +231,17 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
     if best.spread > cfg.max_spread:
         # Still noisy: report the attempt closest to no change, never the luckiest one.
         best = min(attempts, key=lambda m: abs(math.log(max(m.speedup, 1e-9))))
-    forged = forged_timing(all_pairs, cfg.wallclock_slack)
-    if forged:
-        raise Verdict(Status.REJECTED, forged)
+    if forged_timing(all_pairs, cfg.wallclock_slack):
+        # A forged clock is forged every time; a burst of load on the host (CI's 2-core machine ran an
+        # honest C++ extension 15 ms a trial "slower" than it claimed) is not: reject only when a fresh
+        # set of trials shows the discrepancy again, and report that set.
+        run.flags.add("wallclock_rechecked")
+        fresh = [_trial(run, iters) for _ in range(cfg.timing_trials)]
+        forged = forged_timing(fresh, cfg.wallclock_slack)
+        if forged:
+            raise Verdict(Status.REJECTED, forged + " (twice, on two sets of trials)")
+        best = Measurement.from_pairs(fresh)
+        all_pairs += fresh
     if best.spread > cfg.max_spread:
         run.flags.add("noisy")
     return best, {"iters_per_trial": iters, "measurements": len(all_pairs) // cfg.timing_trials}
