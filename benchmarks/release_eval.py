@@ -48,6 +48,9 @@ def main() -> None:
     ap.add_argument("--baselines", default="", help=f"comma-separated from {sorted(BASELINES)}")
     ap.add_argument("--tolerance", type=float, default=1e-2)
     ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--recheck-measurements", type=int, default=3,
+                    help="2: CUDA-L1's rule (reject on the first >10%% disagreement; runs J-N used it); "
+                         "3: a third measurement settles a disagreement, the slowest is kept")
     ap.add_argument("--build-workers", type=int, default=0)
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
     args = ap.parse_args()
@@ -64,7 +67,8 @@ def main() -> None:
         variant, mode = BASELINES[name]
         candidates += [Candidate(p.problem_id, template_source(p, variant, mode), origin=f"template:{name}")
                        for p in problems]
-    config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials)
+    config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
+                        recheck_measurements=args.recheck_measurements)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     done = [0]

@@ -50,6 +50,9 @@ class EvalConfig:
     # when the batch has one) and rejected if the two disagree by more than recheck_tolerance.
     recheck_above: float | None = 3.0
     recheck_tolerance: float | None = None  # None: 10% on CUDA (CUDA-L1's figure), 50% on a shared CPU
+    # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
+    # settles a disagreement, and the slowest of them is kept.
+    recheck_measurements: int = 3
     # --- bounds
     build_timeout_s: float = 600.0  # exec of the module plus its extension builds
     load_timeout_s: float = 120.0  # constructing ModelNew after the build
@@ -65,6 +68,9 @@ class EvalConfig:
         for name in ("correctness_trials", "timing_trials", "min_iters", "max_iters"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be at least 1")
+        if self.recheck_measurements < 2:
+            raise ValueError(f"recheck_measurements={self.recheck_measurements}: must be at least 2 (the "
+                             "first measurement and its re-measurement)")
         if self.min_iters > self.max_iters:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):

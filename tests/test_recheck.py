@@ -1,0 +1,80 @@
+"""The re-measurement of large speedups (CUDA-L1's safeguard), with real workers on the CPU: a program
+whose speed does not repeat across fresh processes. Each load of the candidate reads the next mode from
+a file, so the first, second and third measurements see different programs (all correct). File access
+is statically banned, so these run the dynamic layer alone."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.batch import evaluate_many
+from cudal1.problems import load_starter_suite
+
+# diag(a) @ B: the reference's O(n^3) way, O(n^2) by broadcasting, or a quarter of it the reference's way.
+SHIFTING = '''import torch
+import torch.nn as nn
+
+with open({modes!r}) as f:
+    _MODES = f.read().split()
+with open({count!r}, "a+") as f:
+    f.seek(0)
+    _N = len(f.read())
+    f.write("x")
+MODE = _MODES[min(_N, len(_MODES) - 1)]
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, B):
+        if MODE == "fast":
+            return a.unsqueeze(1) * B
+        if MODE == "slow":
+            return torch.diag(a) @ B
+        q = B.shape[1] // 4  # a quarter of the columns the O(n^3) way: about 4x, between the other two
+        return torch.cat([torch.diag(a) @ B[:, :q], a.unsqueeze(1) * B[:, q:]], dim=1)
+'''
+
+
+@pytest.fixture
+def share() -> Iterator[Path]:
+    """A folder the workers can reach: they may run as another uid, which cannot enter pytest's tmp_path."""
+    path = Path(tempfile.mkdtemp(prefix="cudal1-recheck-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _candidate(share: Path, modes: str) -> tuple[list, list[Candidate]]:
+    problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
+    (share / "modes").write_text(modes)
+    (share / "count").touch()
+    for name in ("modes", "count"):
+        (share / name).chmod(0o666)  # every worker runs as a fresh uid
+    source = SHIFTING.format(modes=str(share / "modes"), count=str(share / "count"))
+    return [problem], [Candidate(problem.problem_id, source, origin="test:shifting")]
+
+
+CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_checks=False, recheck_above=3.0)
+
+
+@pytest.mark.parametrize("modes", ["fast slow slow"])
+def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(share: Path, modes: str) -> None:
+    problems, candidates = _candidate(share, modes)
+    (result,) = evaluate_many(problems, candidates, CONFIG)
+    speedups = result.extra["recheck_speedups"]
+    assert len(speedups) == 3 and speedups[0] > 3.0, result  # the third measurement settled it
+    assert result.status is Status.OK and "recheck_tiebreak" in result.flags, result
+    assert result.speedup == min(speedups) and result.speedup < 2.0, result  # the slow program's figure
+
+
+def test_a_speedup_no_two_measurements_agree_on_is_rejected(share: Path) -> None:
+    problems, candidates = _candidate(share, "fast slow quarter")
+    (result,) = evaluate_many(problems, candidates, CONFIG)
+    assert result.status is Status.REJECTED and "not reproduced" in result.reason, result
+    assert len(result.extra["recheck_speedups"]) == 3 and result.speedup is None
