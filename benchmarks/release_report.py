@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
+from cudal1.evaluator.bindings import binding_problems  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 RELEASE_COLUMNS = ("level", "has_code", "reported")  # the release's own facts, read from ../shared
@@ -34,7 +35,7 @@ def strict_verdict(e: Evaluation) -> str:
     return "ok" if scaled <= STRICT and rel <= STRICT else "incorrect"
 
 
-def why(e: Evaluation | None, reported: float | None) -> str:
+def why(e: Evaluation | None, reported: float | None, source: str | None = None) -> str:
     if e is None:
         return "not measured in this run"
     notes = []
@@ -49,7 +50,12 @@ def why(e: Evaluation | None, reported: float | None) -> str:
         notes.append("unconfirmed rather than caught: the two measurements disagree by more than CUDA-L1's 10%, "
                      "and our own run-to-run spread on this machine reaches that (docs/reproduction/h100.md)")
     if "extension_build_failed" in e.flags:
-        notes.append("its CUDA extension did not compile here: the program's PyTorch fallback was measured")
+        broken = binding_problems(source or "")
+        if broken:
+            notes.append(f"its CUDA extension cannot build with any torch ({broken[0]}): the program's "
+                         "PyTorch fallback was measured, as it must have been wherever the row was measured")
+        else:
+            notes.append("its CUDA extension did not compile here: the program's PyTorch fallback was measured")
     if not e.ok:
         return "; ".join([f"{e.status.value}: {e.reason[:160]}", *notes])
     if "noisy" in e.flags:
@@ -98,6 +104,7 @@ def main() -> None:
             "device": e.device_name if e else "",
         })
     run = [t for t in table if t["status"] not in ("no code", "not run")]
+    sources = {r.problem.problem_id: r.candidate_source for r in rows}
     unmeasured = sum(t["status"] == "harness_failed" for t in run)
     # Only what was measured here: the release (its rows, levels, reported scores) stays in ../shared and is
     # joined back by problem_id when this page is made, never copied into the repository.
@@ -118,6 +125,12 @@ def main() -> None:
         if s:
             lines.append(f"| {label} | {len(values)} | {s['mean']:.2f} | {s['max']:.2f} | {s['p75']:.2f} | "
                          f"{s['p50']:.2f} | {s['p25']:.2f} | {sum(v > 1.01 for v in values)} |")
+    failed = [t for t in run if "extension_build_failed" in t["flags"]]
+    unbuildable = [t for t in failed if binding_problems(sources.get(t["problem_id"]) or "")]
+    lines += ["", f"Extensions that did not build: {len(failed)} rows; in {len(unbuildable)} of them the program's own "
+              "load_inline call cannot build with any torch (a bound function its C++ source never declares, or "
+              "two module definitions: cudal1/evaluator/bindings.py), so the PyTorch fallback is what any harness "
+              "measures for them."]
     lines += ["", "| row | GPU | reported | measured | verdict (1e-2) | strict 1e-4 | why it moved |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for t in run:
@@ -131,7 +144,7 @@ def main() -> None:
                 shown = f"({first} / {t['recheck']:.2f})"
             gpu = t["device"].replace("NVIDIA ", "").replace(" 80GB HBM3", "")
             lines.append(f"| {t['problem_id']} | {gpu} | {rep if rep is not None else '-'} | {shown} | {t['status']} | "
-                         f"{t['strict_status']} | {why(e, rep)} |")
+                         f"{t['strict_status']} | {why(e, rep, sources.get(t['problem_id']))} |")
     (args.out / "h100-table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
