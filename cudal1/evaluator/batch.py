@@ -94,14 +94,14 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
         kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
         if _agreeing_pair(speedups, config.recheck_limit):
             break
-    extra = first.extra | {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups}
+    recheck = {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups}
     if not _agreeing_pair(speedups, config.recheck_limit):
         shown = ", ".join(f"{s:.2f}x" for s in speedups)
-        return replace(first, status=Status.REJECTED, speedup=None, extra=extra,
+        return replace(first, status=Status.REJECTED, speedup=None, extra=first.extra | recheck,
                        reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}/{other}, no two "
                               f"within {config.recheck_limit:.0%} of each other")
     flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(speedups) > 2 else set())
-    return replace(kept, extra=kept.extra | extra, flags=tuple(sorted(flags)))
+    return replace(kept, extra=kept.extra | recheck, flags=tuple(sorted(flags)))  # the kept one's own figures
 
 
 def _agreeing_pair(speedups: list[float | None], limit: float) -> bool:
