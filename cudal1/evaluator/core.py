@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import Candidate, Evaluation, Status
+from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
@@ -326,6 +327,9 @@ def evaluate_candidate(
             reference.close()
     if build_error:  # the compiler's words: whether the program or the machine's toolchain is at fault
         result = replace(result, extra=result.extra | {"build_error": build_error})
+    fault = binding_problems(candidate.source) if "extension_build_failed" in run.flags else []
+    if fault:  # the program's own load_inline cannot build anywhere: not this machine's toolchain
+        result = replace(result, extra=result.extra | {"build_fault": "; ".join(fault)[:600]})
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
 
 

@@ -23,11 +23,13 @@ import functools
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 FAILED = ".cudal1-failed-builds"
+_BUILD_PATH = re.compile(r"\S*/([^/\s]+\.(?:cpp|cu|cuh|h))\b")
 
 
 @dataclass
@@ -69,14 +71,23 @@ def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def error_lines(message: str, limit: int = 600) -> str:
-    r"""The compiler's error lines of a failed build (torch puts the whole ninja log, command lines first,
-    into the exception), else its tail.
+    r"""The compiler's error lines of a failed build, else its tail. torch puts the whole ninja log into
+    the exception, command lines first: those are dropped (one can exceed the limit on its own and hide
+    the error), and build paths are cut to the file name.
 
-    >>> error_lines("Error building extension 'm': [1/2] c++ -O3 x.cpp\nx.cpp:3: error: 'f' was not declared\nninja: build stopped")
-    "Error building extension 'm': [1/2] c++ -O3 x.cpp | x.cpp:3: error: 'f' was not declared"
+    >>> error_lines("Error building extension 'm': [1/2] c++ -O3 x.cpp\nFAILED: main.o\n"
+    ...             "/tmp/b/m/main.cpp:3:1: error: 'f' was not declared\nninja: build stopped")
+    "Error building extension 'm' | main.cpp:3:1: error: 'f' was not declared"
     """
-    lines = [ln.strip() for ln in message.splitlines() if "error" in ln.lower()]
-    return (" | ".join(lines) if lines else message[-limit:])[:limit]
+    picked = []
+    for raw in message.splitlines():
+        line = raw.strip()
+        if line.startswith("Error building extension"):
+            line = line.split(": [", 1)[0]
+        elif line.startswith(("[", "FAILED:")) or "error" not in line.lower():
+            continue
+        picked.append(_BUILD_PATH.sub(r"\1", line))
+    return (" | ".join(picked) if picked else message[-limit:])[:limit]
 
 
 def _is_compiler_failure(exc: BaseException) -> bool:
