@@ -74,7 +74,7 @@ def compile_row(spec: dict, cuda_home: str, timeout_s: int) -> str:
         first: dict[str, str] = {}
         for line in lines:
             unit = "main.cpp" if "main.cpp" in line else "cuda.cu" if "cuda.cu" in line else "other"
-            first.setdefault(unit, line.split("/build/")[-1][:220])
+            first.setdefault(unit, line[:220])  # error_lines already cut build paths
         return " || ".join(first.values()) if first else out[-300:]
     return out or done.stderr.strip()[-300:]
 

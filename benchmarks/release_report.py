@@ -35,7 +35,7 @@ def strict_verdict(e: Evaluation) -> str:
     return "ok" if scaled <= STRICT and rel <= STRICT else "incorrect"
 
 
-def why(e: Evaluation | None, reported: float | None, source: str | None = None) -> str:
+def why(e: Evaluation | None, reported: float | None, fault: list[str] | None = None) -> str:
     if e is None:
         return "not measured in this run"
     notes = []
@@ -50,9 +50,8 @@ def why(e: Evaluation | None, reported: float | None, source: str | None = None)
         notes.append("unconfirmed rather than caught: the two measurements disagree by more than CUDA-L1's 10%, "
                      "and our own run-to-run spread on this machine reaches that (docs/reproduction/h100.md)")
     if "extension_build_failed" in e.flags:
-        broken = binding_problems(source or "")
-        if broken:
-            notes.append(f"its CUDA extension cannot build with any torch ({broken[0]}): the program's "
+        if fault:
+            notes.append(f"its CUDA extension cannot build with any torch ({fault[0]}): the program's "
                          "PyTorch fallback was measured, as it must have been wherever the row was measured")
         else:
             notes.append("its CUDA extension did not compile here: the program's PyTorch fallback was measured")
@@ -129,7 +128,9 @@ def main() -> None:
             lines.append(f"| {label} | {len(values)} | {s['mean']:.2f} | {s['max']:.2f} | {s['p75']:.2f} | "
                          f"{s['p50']:.2f} | {s['p25']:.2f} | {sum(v > 1.01 for v in values)} |")
     failed = [t for t in run if "extension_build_failed" in t["flags"]]
-    unbuildable = [t for t in failed if binding_problems(sources.get(t["problem_id"]) or "")]
+    # The program's own build fault, read from its source once per failed row.
+    faults = {t["problem_id"]: binding_problems(sources.get(t["problem_id"]) or "") for t in failed}
+    unbuildable = [pid for pid, fault in faults.items() if fault]
     lines += ["", f"Extensions that did not build: {len(failed)} rows; in {len(unbuildable)} of them the program's own "
               "load_inline call cannot build with any torch (a bound function its C++ source never declares, or "
               "two module definitions: cudal1/evaluator/bindings.py), so the PyTorch fallback is what any harness "
@@ -150,7 +151,7 @@ def main() -> None:
             first = e.reason.split("speedup ")[-1].split("x")[0] if "not reproduced" in e.reason else "?"
             shown = f"({first} / {t['recheck']:.2f})"
         gpu = t["device"].replace("NVIDIA ", "").replace(" 80GB HBM3", "")
-        rest = f"{shown} | {t['status']} | {t['strict_status']} | {why(e, rep, sources.get(t['problem_id']))} |"
+        rest = f"{shown} | {t['status']} | {t['strict_status']} | {why(e, rep, faults.get(t['problem_id']))} |"
         ours_only.append(f"| {t['problem_id']} | {gpu} | {rest}")
         beside.append(f"| {t['problem_id']} | {gpu} | {rep if rep is not None else '-'} | {rest}")
     lines += ours_only

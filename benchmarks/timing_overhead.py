@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cudal1.evaluator.probes import L2Flush, fingerprint, flatten, to_device  # noqa: E402
+from cudal1.evaluator.probes import fingerprint, flatten  # noqa: E402
+from cudal1.evaluator.worker import Worker  # noqa: E402
 from cudal1.problems import Problem, load_cudal1_release, load_problems  # noqa: E402
 
 
@@ -40,35 +42,30 @@ def _median_ms(step: Callable[[], Any], sync: Callable[[], None], repeats: int) 
 
 
 def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, float]:
-    """Median ms of each step of one timed call, the forward included for scale."""
-    ns: dict[str, Any] = {"__name__": f"ref_{problem.problem_id.replace('-', '_')}"}
-    exec(compile(problem.source, problem.problem_id, "exec"), ns)  # the reference only: trusted problem code
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model = ns["Model"](*ns["get_init_inputs"]())
-    model = model.to(device) if isinstance(model, torch.nn.Module) else model
+    """Median ms of each step of one timed call, the forward included for scale: the worker's own
+    methods, on the problem's reference (trusted problem code) loaded as the worker loads it."""
+    with tempfile.TemporaryDirectory(prefix="cudal1-overhead-") as tmp:
+        path = Path(tmp) / "reference.py"
+        path.write_text(problem.source)
+        worker = Worker(str(device), 1, flush_l2=True)
+        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})
+        if not reply.get("ok"):
+            raise RuntimeError(f"reference did not load: {reply}")
     cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    def inputs() -> list[Any]:
-        torch.manual_seed(1234)
-        with torch.device(device):
-            made = ns["get_inputs"]()
-        return list(to_device(made, device))
-
-    x = inputs()
+    sync = worker._sync
+    x = worker._inputs_for(1234)
     with torch.no_grad():
-        out = model(*x)
-    _, outputs = flatten(out)
-    flush = L2Flush(device, True)
+        _, outputs = flatten(worker._forward(x))
+    flush = worker.l2
+    assert flush is not None
     steps: dict[str, Callable[[], Any]] = {
-        "inputs": inputs,
-        "forward": lambda: model(*x),
+        "inputs": lambda: worker._inputs_for(1234),
+        "forward": lambda: worker._forward(x),
         "fingerprint": lambda: fingerprint(outputs, 99),
         "sync": lambda: None,
     }
     if cuda:
-        steps["l2_zero"] = lambda: flush.buf.zero_()  # type: ignore[union-attr]
+        steps["l2_flush"] = flush  # zero_ of 2x L2, plus the persisting-L2 reset below when the driver loads
         if flush.driver is not None:
             steps["l2_persisting_reset"] = lambda: (flush.driver.cuCtxSetLimit(0x06, 0),  # type: ignore[union-attr]
                                                     flush.driver.cuCtxResetPersistingL2Cache())  # type: ignore[union-attr]
@@ -83,7 +80,8 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
         steps["events"] = events
     with torch.no_grad():
         result = {name: round(_median_ms(step, sync, repeats), 4) for name, step in steps.items()}
-    result["outside_forward"] = round(sum(v for k, v in result.items() if k != "forward"), 4)
+    # l2_flush already holds the persisting reset: count it once
+    result["outside_forward"] = round(sum(v for k, v in result.items() if k not in ("forward", "l2_persisting_reset")), 4)
     return result
 
 
@@ -106,8 +104,6 @@ def main() -> None:
         wanted = set(args.rows.split(","))
         problems = [p for p in problems if p.problem_id in wanted]
     device = torch.device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(1)  # as the evaluator's workers
     report = {}
     for problem in problems:
         try:

@@ -4,48 +4,19 @@ itself on this machine, and against the CUDA-L1 h100 release, whose builds faile
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ext_helpers import FAST, fallback_program, fixture_problem
 
 from cudal1.candidates import Candidate, Status
-from cudal1.evaluator import EvalConfig, evaluate_candidate
+from cudal1.evaluator import evaluate_candidate
 from cudal1.evaluator.bindings import binding_problems
-from cudal1.problems import Problem
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 CUDAL1_H100 = Path(__file__).resolve().parents[2] / "shared" / "cuda-l1" / "h100.jsonl"
 
 CPP = "#include <torch/extension.h>\n// scale_shift is defined in the CUDA source only\n"
-# As many released programs do: try the extension, fall back to PyTorch when it does not build.
-UNDECLARED = f"""
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-cpp = {CPP!r}
-try:
-    _ext = load_inline(name="cudal1_test_undeclared", cpp_sources=cpp, functions=["scale_shift"])
-except Exception:
-    _ext = None
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return _ext.scale_shift(x) if _ext is not None else x * 2 + 1
-"""
-
-
-@pytest.fixture
-def ext_root() -> Iterator[Path]:
-    """A build cache sandboxed workers can reach (pytest's tmp_path sits under a 0700 folder)."""
-    root = Path(tempfile.mkdtemp(prefix="cudal1-test-bindings-"))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+UNDECLARED = fallback_program("cudal1_test_undeclared", CPP)
 
 
 def test_what_it_calls_unbuildable_the_compiler_refuses(ext_root: Path) -> None:
@@ -53,10 +24,8 @@ def test_what_it_calls_unbuildable_the_compiler_refuses(ext_root: Path) -> None:
     and keeps both the compiler's words and the program's fault as read from its source."""
     (fault,) = binding_problems(UNDECLARED)
     assert "binds scale_shift, which its cpp_sources never declare" in fault
-    problem = Problem("ext-scale_shift", 1, "scale_shift", (FIXTURES / "problems" / "scale_shift.py").read_text(),
-                      suite="test")
-    config = EvalConfig(correctness_trials=2, timing_trials=2, target_trial_ms=2.0, recheck_above=None, remeasure=0)
-    result = evaluate_candidate(problem, Candidate(problem.problem_id, UNDECLARED, origin="test"), config,
+    problem = fixture_problem("scale_shift")
+    result = evaluate_candidate(problem, Candidate(problem.problem_id, UNDECLARED, origin="test"), FAST,
                                 extensions_root=ext_root)
     assert result.status is Status.OK and "extension_build_failed" in result.flags, result
     assert "scale_shift" in result.extra["build_error"] and "not declared" in result.extra["build_error"], result

@@ -4,14 +4,12 @@ batch loads the next candidate while the current one is checked (CPU, real g++ a
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import torch.utils.cpp_extension as cpp
+from ext_helpers import FAST, fallback_program, fixture_problem
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
@@ -20,43 +18,11 @@ from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.extensions import FAILED, install
 from cudal1.problems import Problem
 
-FIXTURES = Path(__file__).parent / "fixtures"
-FAST = EvalConfig(correctness_trials=2, timing_trials=2, target_trial_ms=2.0, recheck_above=None, remeasure=0)
-
-# Tries a C++ extension that does not compile and falls back to PyTorch, as many released programs do.
-FALLBACK = r'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-_SOURCE = """
+# Does not compile; the program falls back to PyTorch.
+FALLBACK = fallback_program("cudal1_test_fallback", """
 #include <torch/extension.h>
 torch::Tensor scale_shift(torch::Tensor x) { int broken = x; return x; }
-"""
-try:
-    _ext = load_inline(name="cudal1_test_fallback", cpp_sources=_SOURCE, functions=["scale_shift"])
-except Exception:
-    _ext = None
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return _ext.scale_shift(x) if _ext is not None else x * 2 + 1
-'''
-
-
-@pytest.fixture
-def ext_root() -> Iterator[Path]:
-    """A build cache sandboxed workers can reach (pytest's tmp_path sits under a 0700 folder)."""
-    root = Path(tempfile.mkdtemp(prefix="cudal1-test-ext-"))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _problem() -> Problem:
-    return Problem("ext-scale_shift", 1, "scale_shift", (FIXTURES / "problems" / "scale_shift.py").read_text(),
-                   suite="test")
+""")
 
 
 def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypatch: pytest.MonkeyPatch,
@@ -89,7 +55,7 @@ def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypat
 
 
 def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
-    problem, candidate = _problem(), Candidate("ext-scale_shift", FALLBACK, origin="test")
+    problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", FALLBACK, origin="test")
     first = evaluate_candidate(problem, candidate, FAST, extensions_root=ext_root)
     assert first.status is Status.OK, first.reason
     assert "extension_build_failed" in first.flags
@@ -103,7 +69,7 @@ def test_batch_with_loads_ahead_evaluates_each_candidate_against_its_own_problem
     """Several problems, several candidates each, one wrong: the next candidate is loaded while the
     current one is checked, and every result belongs to the program it names."""
     stems = ("scale_shift", "relu", "min_clamp")
-    problems = [Problem(f"ext-{s}", 1, s, (FIXTURES / "problems" / f"{s}.py").read_text(), suite="test") for s in stems]
+    problems = [fixture_problem(s) for s in stems]
     candidates = []
     for p in problems:
         right = p.source.replace("class Model(", "class ModelNew(")
@@ -163,7 +129,7 @@ def test_quiet_stops_build_workers_and_their_compilers_while_timing() -> None:
 
 def _three_problems() -> tuple[list[Problem], list[Candidate]]:
     stems = ("scale_shift", "relu", "min_clamp")
-    problems = [Problem(f"ext-{s}", 1, s, (FIXTURES / "problems" / f"{s}.py").read_text(), suite="test") for s in stems]
+    problems = [fixture_problem(s) for s in stems]
     return problems, [Candidate(p.problem_id, p.source.replace("class Model(", "class ModelNew("), origin="right")
                       for p in problems]
 

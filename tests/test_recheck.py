@@ -5,9 +5,6 @@ is statically banned, so these run the dynamic layer alone."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,15 +38,6 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.fixture
-def share() -> Iterator[Path]:
-    """A folder the workers can reach: they may run as another uid, which cannot enter pytest's tmp_path."""
-    path = Path(tempfile.mkdtemp(prefix="cudal1-recheck-"))
-    path.chmod(0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _candidate(share: Path, modes: str) -> tuple[list, list[Candidate]]:
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
     (share / "modes").write_text(modes)
@@ -64,8 +52,8 @@ CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_
 
 
 @pytest.mark.parametrize("modes", ["fast slow slow"])
-def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(share: Path, modes: str) -> None:
-    problems, candidates = _candidate(share, modes)
+def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path, modes: str) -> None:
+    problems, candidates = _candidate(shared_dir, modes)
     (result,) = evaluate_many(problems, candidates, CONFIG)
     speedups = result.extra["recheck_speedups"]
     assert len(speedups) == 3 and speedups[0] > 3.0, result  # the third measurement settled it
@@ -73,8 +61,8 @@ def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(share: Path, mode
     assert result.speedup == min(speedups) and result.speedup < 2.0, result  # the slow program's figure
 
 
-def test_a_speedup_no_two_measurements_agree_on_is_rejected(share: Path) -> None:
-    problems, candidates = _candidate(share, "fast slow quarter")
+def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) -> None:
+    problems, candidates = _candidate(shared_dir, "fast slow quarter")
     (result,) = evaluate_many(problems, candidates, CONFIG)
     assert result.status is Status.REJECTED and "not reproduced" in result.reason, result
     assert len(result.extra["recheck_speedups"]) == 3 and result.speedup is None

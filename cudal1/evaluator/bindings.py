@@ -36,7 +36,7 @@ def _strings(node: ast.AST | None, names: dict[str, list[ast.AST]]) -> list[str]
     if isinstance(node, ast.Name):
         bound = names.get(node.id, [])
         values = {tuple(v) for v in (_strings(b, {}) for b in bound) if v is not None}
-        return list(values.pop()) if len(bound) >= 1 and len(values) == 1 else None  # one meaning only
+        return list(values.pop()) if len(values) == 1 else None  # bound once, or always to the same
     return None
 
 
