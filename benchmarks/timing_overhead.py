@@ -1,5 +1,7 @@
 """Where a timed call's time goes besides the program itself: each step of the worker's timed loop
-(cudal1/evaluator/worker.py, time_trial) timed on its own, in one process, for chosen problems.
+(cudal1/evaluator/worker.py, time_trial) timed on its own, in one process, for chosen problems; and the
+harness overhead per call as the protocol pays it: the wall clock of a whole timed batch
+(``Worker.time_trial``) per call, less the timed forward (its CUDA-event time) and the L2 flush.
 
 Run M (docs/reproduction/h100.md) spent 706 s timing 161 rows, of which 82 s were the timed calls and
 624 s everything around them (median 1.35 ms a call): this script says which step that is.
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.evaluator.probes import fingerprint, flatten  # noqa: E402
 from cudal1.evaluator.worker import Worker  # noqa: E402
+from cudal1.evaluator.workers import new_seed  # noqa: E402
 from cudal1.problems import Problem, load_cudal1_release, load_problems  # noqa: E402
 
 
@@ -82,7 +85,40 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
         result = {name: round(_median_ms(step, sync, repeats), 4) for name, step in steps.items()}
     # l2_flush already holds the persisting reset: count it once
     result["outside_forward"] = round(sum(v for k, v in result.items() if k not in ("forward", "l2_persisting_reset")), 4)
+    result |= batch_overhead(worker, calls=max(repeats, 20))
     return result
+
+
+def batch_overhead(worker: Worker, calls: int, batches: int = 5) -> dict[str, float]:
+    """The protocol's own timed batch, as the parent sends it: wall clock per call minus the timed
+    forward and the L2 flush (what the harness adds beside them), median over batches."""
+    cuda = worker.device.type == "cuda"
+    flush_ms = 0.0
+    if cuda:
+        assert worker.l2 is not None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        worker._sync()
+        start.record()
+        for _ in range(20):
+            worker.l2()
+        end.record()
+        end.synchronize()
+        flush_ms = start.elapsed_time(end) / 20
+    per_call, forward, overhead = [], [], []
+    for _ in range(batches):
+        msg = {"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed() for _ in range(calls)],
+               "spot": [], "print_key": new_seed()}
+        worker.time_trial(msg | {"seeds": msg["seeds"][:2]})  # warm-up batch: first-call effects out
+        t0 = time.perf_counter()
+        reply = worker.time_trial(msg)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        timed_ms = statistics.median(reply["ms"])
+        per_call.append(wall_ms / calls)
+        forward.append(timed_ms)
+        overhead.append(wall_ms / calls - timed_ms - flush_ms)
+    return {"batch_per_call_ms": round(statistics.median(per_call), 4),
+            "batch_forward_ms": round(statistics.median(forward), 4), "l2_flush_ms": round(flush_ms, 4),
+            "harness_overhead_us": round(statistics.median(overhead) * 1e3, 1)}
 
 
 def main() -> None:
@@ -113,6 +149,12 @@ def main() -> None:
         print(problem.problem_id, report[problem.problem_id], flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    overheads = [r["harness_overhead_us"] for r in report.values() if "harness_overhead_us" in r]
+    if overheads:
+        report["_summary"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                              "problems": len(overheads),
+                              "harness_overhead_us_median": round(statistics.median(overheads), 1)}
+        print("summary", report["_summary"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -72,6 +72,8 @@ class Evaluation:
     status: Status
     reason: str = ""
     speedup: float | None = None  # reference_ms / candidate_ms, only when status is ok
+    speedup_low: float | None = None  # 95% confidence interval of the median speedup over timing trials
+    speedup_high: float | None = None
     reference_ms: float | None = None
     candidate_ms: float | None = None
     spread: float | None = None  # relative spread of per-trial speedups (trimmed max-min over median)
@@ -163,7 +165,7 @@ def evaluation_schema() -> dict[str, Any]:
 
     return {
         "problem_id": pl.String, "candidate_id": pl.String, "status": pl.String, "reason": pl.String,
-        "speedup": pl.Float64, "reference_ms": pl.Float64, "candidate_ms": pl.Float64, "spread": pl.Float64,
+        "speedup": pl.Float64, "speedup_low": pl.Float64, "speedup_high": pl.Float64, "reference_ms": pl.Float64, "candidate_ms": pl.Float64, "spread": pl.Float64,
         "trials": pl.Int64, "correctness_trials": pl.Int64, "max_abs_error": pl.Float64,
         "max_rel_l2_error": pl.Float64, "flags": pl.List(pl.String), "device": pl.String,
         "device_name": pl.String, "config_hash": pl.String, "problem_sha256": pl.String,

@@ -8,7 +8,7 @@ import os
 import shutil
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -76,44 +76,63 @@ class _Sink:
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
              devices: Sequence[str], device: str, ext_root: Path) -> Evaluation:
     """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes, on another
-    device when there is one. Where CUDA-L1 rejects on any disagreement beyond the tolerance
-    (``recheck_measurements=2``), by default a third measurement settles it: one noisy measurement (a
-    busy host, a GPU clock dip) no longer rejects an honest program, and a program whose speed will not
-    repeat is rejected when no two of the three agree. The slowest of the measurements is kept, so a
-    lucky one never counts."""
+    device when there is one. CUDA-L1 compares two single figures (reject beyond 10%); here each
+    measurement carries the confidence interval of its median, and two measurements agree unless the
+    faster one's interval lies above the slower one's by more than ``recheck_limit``: our own timing
+    noise never rejects a program, a speed that does not repeat does. When the first two disagree, a
+    third measurement settles it (``recheck_measurements=2`` rejects at once); a program is rejected
+    when no two of its measurements agree, and the slowest is kept, so a lucky one never counts."""
     other = next((d for d in devices if d != device), device)
-    speedups = [first.speedup]
+    measured = [first]
     kept = first
     for _ in range(config.recheck_measurements - 1):
         second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root,
                                     quiet=QUIET)
         if not second.ok or second.speedup is None or first.speedup is None:
             return replace(first, status=second.status if not second.ok else Status.REJECTED,
-                           reason=f"re-measurement on {other} failed: {second.reason}", speedup=None)
-        speedups.append(second.speedup)
+                           reason=f"re-measurement on {other} failed: {second.reason}", speedup=None,
+                           speedup_low=None, speedup_high=None)
+        measured.append(second)
         kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
-        if _agreeing_pair(speedups, config.recheck_limit):
+        if _agreeing_pair([_interval(e) for e in measured], config.recheck_limit):
             break
-    recheck = {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups}
-    if not _agreeing_pair(speedups, config.recheck_limit):
-        shown = ", ".join(f"{s:.2f}x" for s in speedups)
-        return replace(first, status=Status.REJECTED, speedup=None, extra=first.extra | recheck,
-                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}/{other}, no two "
-                              f"within {config.recheck_limit:.0%} of each other")
-    flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(speedups) > 2 else set())
+    speedups = [e.speedup for e in measured]
+    recheck = {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
+               "recheck_intervals": [list(_interval(e)[1:]) for e in measured]}
+    if not _agreeing_pair([_interval(e) for e in measured], config.recheck_limit):
+        shown = ", ".join(f"{e.speedup:.2f}x [{_interval(e)[1]:.2f}, {_interval(e)[2]:.2f}]" for e in measured)
+        return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
+                       extra=first.extra | recheck,
+                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}/{other}; no two "
+                              f"intervals within {config.recheck_limit:.0%} of each other")
+    flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
     return replace(kept, extra=kept.extra | recheck, flags=tuple(sorted(flags)))  # the kept one's own figures
 
 
-def _agreeing_pair(speedups: list[float | None], limit: float) -> bool:
-    """Whether two of the measurements are within ``limit`` of each other (relative to the larger).
+def _interval(e: Evaluation) -> tuple[float, float, float]:
+    """(speedup, low, high); an evaluation without an interval counts as a single figure."""
+    s = e.speedup or 0.0
+    return (s, e.speedup_low if e.speedup_low is not None else s, e.speedup_high if e.speedup_high is not None else s)
 
-    >>> _agreeing_pair([25.4, 39.9], 0.5), _agreeing_pair([25.4, 39.9, 27.0], 0.1)
-    (True, True)
-    >>> _agreeing_pair([10.0, 5.0, 2.0], 0.1)
+
+def _agreeing_pair(measured: list[tuple[float, float, float]], limit: float) -> bool:
+    """Whether two measurements (speedup, low, high) agree: the faster one's interval starts no more than
+    ``limit`` above the end of the slower one's. Without intervals this is CUDA-L1's rule (within
+    ``limit`` of each other, relative to the smaller).
+
+    >>> _agreeing_pair([(25.4, 25.4, 25.4), (39.9, 39.9, 39.9)], 0.1)  # single figures, 57% apart
+    False
+    >>> _agreeing_pair([(8.19, 7.9, 8.5), (9.14, 8.8, 9.5)], 0.05)  # 12% apart, intervals 3.5% apart
+    True
+    >>> _agreeing_pair([(21.8, 21.0, 22.5), (0.98, 0.95, 1.01), (2.99, 2.9, 3.1)], 0.05)  # fast only once
     False
     """
-    values = [s for s in speedups if s is not None]
-    return any(abs(a - b) <= limit * max(a, b) for i, a in enumerate(values) for b in values[i + 1:])
+    for i, a in enumerate(measured):
+        for b in measured[i + 1:]:
+            slow, fast = sorted((a, b))
+            if fast[1] <= slow[2] * (1 + limit):
+                return True
+    return False
 
 
 def evaluate_many(
@@ -126,9 +145,12 @@ def evaluate_many(
     *,
     build_workers: int | None = None,
     extensions_root: Path | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> list[Evaluation]:
     """Evaluate candidates against their problems on one or more devices; returns the new evaluations
-    (with results_path, the file holds the earlier ones too)."""
+    (with results_path, the file holds the earlier ones too). ``costs`` (seconds by problem id, e.g. an
+    earlier run's eval_s) orders the problems largest first, so on several devices the last problems
+    handed out are short ones and the devices finish together."""
     by_id = {p.problem_id: p for p in problems}
     unknown = sorted({c.problem_id for c in candidates} - set(by_id))
     if unknown:
@@ -156,7 +178,10 @@ def evaluate_many(
         order: dict[str, list[Candidate]] = {}
         for c in todo:
             order.setdefault(c.problem_id, []).append(c)
-        groups = _Groups([(by_id[pid], cands) for pid, cands in order.items()], builds)
+        ordered = list(order.items())
+        if costs:
+            ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
+        groups = _Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
         errors: list[BaseException] = []
 
         def run_device(device: str) -> None:

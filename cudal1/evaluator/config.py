@@ -33,13 +33,18 @@ class EvalConfig:
     # --- timing
     timing: bool = True
     warmup_iters: int = 3
-    timing_trials: int = 7  # paired reference/candidate trials in random order; the median is reported
+    timing_trials: int = 7  # paired reference/candidate trials in random order, at least; the median is reported
     target_trial_ms: float = 40.0  # calls per trial chosen so a trial lasts about this long; every call
     # gets inputs generated for it alone (on the device), so no cache of earlier contents can hit
     min_iters: int = 3
     max_iters: int = 200
-    max_spread: float = 0.15  # trimmed (max-min)/median of per-trial speedups; above: measure again
-    remeasure: int = 2  # extra measurements allowed for a noisy result before it is flagged "noisy"
+    # Adaptive: after timing_trials, trials are added one at a time until the 95% confidence interval
+    # of the median speedup lies within ci_target of it (relative half-width), up to
+    # timing_trials * (remeasure + 1) trials or max_timing_s seconds of timing, whichever comes first.
+    ci_target: float | None = None  # None: 1% on CUDA; 5% on a shared CPU, whose noise 1% would only chase
+    remeasure: int = 2
+    max_timing_s: float = 30.0
+    max_spread: float = 0.15  # an interval wider than this (relative to the median) is flagged "noisy"
     spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
     spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
@@ -47,9 +52,10 @@ class EvalConfig:
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
     # CUDA-L1's safeguard: a speedup above this is measured again in fresh processes (on another device
-    # when the batch has one) and rejected if the two disagree by more than recheck_tolerance.
+    # when the batch has one) and rejected if the two disagree: here, when the faster one's interval
+    # lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two single figures).
     recheck_above: float | None = 3.0
-    recheck_tolerance: float | None = None  # None: 10% on CUDA (CUDA-L1's figure), 50% on a shared CPU
+    recheck_tolerance: float | None = None  # None: 5% beyond the intervals on CUDA, 50% on a shared CPU
     # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
     # settles a disagreement, and the slowest of them is kept.
     recheck_measurements: int = 3
@@ -71,6 +77,11 @@ class EvalConfig:
         if self.recheck_measurements < 2:
             raise ValueError(f"recheck_measurements={self.recheck_measurements}: must be at least 2 (the "
                              "first measurement and its re-measurement)")
+        if self.ci_target is not None and not (0 < self.ci_target < 1):
+            raise ValueError(f"ci_target={self.ci_target}: a relative half-width in (0, 1), e.g. 0.01")
+        if self.remeasure < 0 or self.max_timing_s <= 0:
+            raise ValueError(f"remeasure={self.remeasure}, max_timing_s={self.max_timing_s}: remeasure >= 0 "
+                             "and max_timing_s > 0")
         if self.min_iters > self.max_iters:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):
@@ -95,7 +106,13 @@ class EvalConfig:
     def recheck_limit(self) -> float:
         if self.recheck_tolerance is not None:
             return self.recheck_tolerance
-        return 0.10 if self.is_cuda else 0.50
+        return 0.05 if self.is_cuda else 0.50
+
+    @property
+    def interval_target(self) -> float:
+        if self.ci_target is not None:
+            return self.ci_target
+        return 0.01 if self.is_cuda else 0.05
 
     @property
     def is_cuda(self) -> bool:

@@ -7,7 +7,6 @@ generate their inputs from seeds the parent sends; the parent checks the candida
 
 from __future__ import annotations
 
-import math
 import random
 import secrets
 import shutil
@@ -186,7 +185,8 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     # L1-55/59/62/81 in run M) looked like a forged clock. Warming up early opens nothing: the timed
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
-    msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot}
+    msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
+           "print_key": new_seed()}
     if _rng.random() < 0.5:
         run.reference.warm(warm_seed)
         ref, ref_wall, ref_spots = run.reference.time(msg)
@@ -217,22 +217,24 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
 
 
 def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
+    """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
+    more at a time while its confidence interval is wider than ``interval_target``, within the ceilings. Small
+    or noisy kernels get more trials; a stable one stops at the minimum."""
     cfg = run.config
+    started = time.perf_counter()
     iters = _calibrate(run)
-    attempts: list[Measurement] = []
-    all_pairs: list[TrialPair] = []
-    for _attempt in range(cfg.remeasure + 1):
-        checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
-        pairs = [_trial(run, iters, k in checked) for k in range(cfg.timing_trials)]
-        all_pairs += pairs
-        attempts.append(Measurement.from_pairs(pairs))
-        if attempts[-1].spread <= cfg.max_spread:
+    most = cfg.timing_trials * (cfg.remeasure + 1)
+    checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
+    pairs: list[TrialPair] = []
+    while True:
+        pairs.append(_trial(run, iters, len(pairs) in checked))
+        if len(pairs) < cfg.timing_trials:
+            continue
+        best = Measurement.from_pairs(pairs)
+        if best.half_width <= cfg.interval_target or len(pairs) >= most or time.perf_counter() - started > cfg.max_timing_s:
             break
-    best = attempts[-1]
-    if best.spread > cfg.max_spread:
-        # Still noisy: report the attempt closest to no change, never the luckiest one.
-        best = min(attempts, key=lambda m: abs(math.log(max(m.speedup, 1e-9))))
-    if forged_timing(all_pairs, cfg.wallclock_slack):
+    measurements = 1
+    if forged_timing(pairs, cfg.wallclock_slack):
         # A forged clock is forged every time; a burst of load on the host (CI's 2-core machine ran an
         # honest C++ extension 15 ms a trial "slower" than it claimed) is not: reject only when a fresh
         # set of trials shows the discrepancy again, and report that set.
@@ -242,10 +244,10 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
         if forged:
             raise Verdict(Status.REJECTED, forged + " (twice, on two sets of trials)")
         best = Measurement.from_pairs(fresh)
-        all_pairs += fresh
-    if best.spread > cfg.max_spread:
+        measurements = 2
+    if best.high - best.low > cfg.max_spread * best.speedup:
         run.flags.add("noisy")
-    return best, {"iters_per_trial": iters, "measurements": len(all_pairs) // cfg.timing_trials}
+    return best, {"iters_per_trial": iters, "measurements": measurements}
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig) -> dict[str, Any]:
@@ -312,14 +314,17 @@ def evaluate_candidate(
             with quiet() if quiet is not None else nullcontext():
                 measured, extra = _timing(run)
             extra["timing_s"] = round(time.perf_counter() - phase, 3)
-            result = replace(result, speedup=measured.speedup, reference_ms=measured.reference_ms,
+            result = replace(result, speedup=measured.speedup, speedup_low=measured.low,
+                             speedup_high=measured.high, reference_ms=measured.reference_ms,
                              candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,
                              extra=result.extra | extra)
     except Verdict as verdict:
-        result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None,
+        result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None, speedup_low=None,
+                         speedup_high=None,
                          **{k: v for k, v in verdict.extra.items() if k in ("max_abs_error", "max_rel_l2_error")})
     except WorkerFailure as failure:
-        result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None)
+        result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None,
+                         speedup_low=None, speedup_high=None)
     finally:
         worker.close()
         shutil.rmtree(root, ignore_errors=True)

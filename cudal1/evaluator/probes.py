@@ -76,28 +76,85 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def fingerprint(outputs: list[Any], seed: int) -> list[list[float]]:
-    """Per output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern drawn from the
-    call's seed. Taken on every timed call, so no call goes unchecked even if a candidate could tell
-    which calls are spot-checked; a fake output would have to match sums of the real one it never
-    computed (for a matmul, sum x*w costs as much as the product itself)."""
-    prints = []
-    for o in outputs:
-        if not isinstance(o, torch.Tensor):
-            prints.append([1.0, float(o), abs(float(o)), float(o), float(o) ** 2])
-            continue
-        x = o.detach().reshape(-1)
-        if not x.is_floating_point():
-            x = x.to(torch.float64)
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(seed)
-        # int8 signs and float64 accumulation without float64 copies: a few passes over the output,
-        # no more (this runs after every timed call, outside the timed region).
-        w = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).mul_(2).sub_(1)
+# Pattern shift range: call i reads the batch's pattern from offset seed_i % SHIFT, so each call is
+# weighted differently without drawing a new pattern (a prime, so shifts of nearby seeds do not repeat).
+SHIFT = 4099
+
+
+class Fingerprints:
+    """Per timed call and output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern
+    drawn once per batch from the batch's key (sent with the timing command, unknown before) and shifted
+    by each call's seed. Taken on every timed call, so no call goes unchecked even if a candidate could
+    tell which calls are spot-checked; a fake output would have to match sums of the real one it never
+    computed (for a matmul, sum x*w costs as much as the product itself).
+
+    Everything stays on the device: each sum is written into a float64 slot queued behind the call, and
+    the host reads all of them once, after the batch (``values``). Multiplying by +-1 is exact in every
+    float dtype, so the weighted sum is as exact as the others: float64 accumulation, no extra rounding.
+    """
+
+    def __init__(self, device: torch.device, key: int) -> None:
+        self.device, self.key = device, key
+        self.rows: list[torch.Tensor] = []  # per call: [outputs, 4] float64 on the device
+        self.numels: list[list[float]] = []
+        self.patterns: dict[int, torch.Tensor] = {}  # int8 +-1, by output size
+
+    def _pattern(self, n: int) -> torch.Tensor:
+        if n not in self.patterns:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.key * 1_000_003 + n)
+            w = torch.randint(0, 2, (n + SHIFT,), generator=gen, device=self.device, dtype=torch.int8)
+            self.patterns[n] = w.mul_(2).sub_(1)
+        return self.patterns[n]
+
+    def add(self, outputs: list[Any], seed: int) -> None:
         f64 = torch.float64
-        sums = torch.stack([x.sum(dtype=f64), x.abs().sum(dtype=f64), (x * w).sum(dtype=f64), (x * x).sum(dtype=f64)])
-        prints.append([float(x.numel()), *sums.tolist()])
-    return prints
+        row = torch.empty((len(outputs), 4), dtype=f64, device=self.device)
+        numels = []
+        for j, o in enumerate(outputs):
+            if not isinstance(o, torch.Tensor):
+                v = float(o)
+                row[j] = torch.tensor([v, abs(v), v, v * v], dtype=f64)
+                numels.append(1.0)
+                continue
+            x = o.detach()
+            if x.is_complex():
+                x = torch.view_as_real(x)
+            x = x.reshape(-1)
+            if not x.is_floating_point():
+                x = x.to(f64)
+            n = x.numel()
+            numels.append(float(n))
+            offset = seed % SHIFT
+            w = self._pattern(n)[offset:offset + n]
+            torch.sum(x, dim=0, dtype=f64, out=row[j, 0])
+            torch.linalg.vector_norm(x, 1, dtype=f64, out=row[j, 1])
+            torch.sum(x * w, dim=0, dtype=f64, out=row[j, 2])
+            torch.linalg.vector_norm(x, 2, dtype=f64, out=row[j, 3])  # squared in values()
+        self.rows.append(row)
+        self.numels.append(numels)
+
+    def values(self) -> list[list[list[float]]]:
+        """All calls' fingerprints, in one copy to the host."""
+        if not self.rows:
+            return []
+        sizes = [r.shape[0] for r in self.rows]
+        table = torch.cat(self.rows)
+        table[:, 3] = table[:, 3].square()
+        flat = table.tolist()
+        out, k = [], 0
+        for numels, size in zip(self.numels, sizes):
+            out.append([[n, *flat[k + j]] for j, n in enumerate(numels)])
+            k += size
+        return out
+
+
+def fingerprint(outputs: list[Any], seed: int, key: int = 0) -> list[list[float]]:
+    """One call's fingerprints alone (see :class:`Fingerprints`)."""
+    device = next((o.device for o in outputs if isinstance(o, torch.Tensor)), torch.device("cpu"))
+    prints = Fingerprints(device, key)
+    prints.add(outputs, seed)
+    return prints.values()[0]
 
 
 def flatten(out: Any) -> tuple[str, list[Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -27,17 +28,58 @@ class Measurement:
     candidate_ms: float
     spread: float
     trials: int
+    low: float = 0.0  # the median speedup's confidence interval (see median_interval)
+    high: float = math.inf
 
     @classmethod
     def from_pairs(cls, pairs: list[TrialPair]) -> Measurement:
         speedups = [p.speedup for p in pairs]
+        low, high = median_interval(speedups)
         return cls(
             speedup=statistics.median(speedups),
             reference_ms=statistics.median(statistics.median(p.reference_ms) for p in pairs),
             candidate_ms=statistics.median(statistics.median(p.candidate_ms) for p in pairs),
             spread=relative_spread(speedups),
             trials=len(pairs),
+            low=low,
+            high=high,
         )
+
+    @property
+    def half_width(self) -> float:
+        """The interval's larger distance from the median, relative to it (0.01: within 1%)."""
+        if self.speedup <= 0:
+            return math.inf
+        return max(self.high / self.speedup - 1.0, 1.0 - self.low / self.speedup)
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: order statistics x(k) and x(n+1-k), k the
+    largest rank whose binomial coverage still reaches ``confidence``. No assumption on the shape of the
+    per-trial speedups (a preempted trial makes them skewed). Below six values no pair of ranks reaches
+    95%: the whole range is returned (its coverage, 1 - 2/2^n, is then lower than asked).
+
+    >>> median_interval([1.0, 1.1, 0.9, 1.05, 0.95, 1.02])  # n=6: min and max cover 96.9%
+    (0.9, 1.1)
+    >>> median_interval([float(v) for v in range(1, 13)])  # n=12: ranks 3 and 10 cover 96.1%
+    (3.0, 10.0)
+    >>> median_interval([2.0, 3.0])
+    (2.0, 3.0)
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return (0.0, math.inf)
+    k = 1
+    while k < n // 2 and _coverage(n, k + 1) >= confidence:
+        k += 1
+    return (ordered[k - 1], ordered[n - k])
+
+
+def _coverage(n: int, k: int) -> float:
+    """P(x(k) <= median <= x(n+1-k)) for n independent draws: 1 - 2 P(Binomial(n, 1/2) < k)."""
+    tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+    return 1.0 - 2.0 * tail
 
 
 def relative_spread(values: list[float]) -> float:

@@ -28,8 +28,8 @@ import torch
 
 from cudal1.evaluator import extensions, probes, transport
 from cudal1.evaluator.probes import (
+    Fingerprints,
     L2Flush,
-    fingerprint,
     flatten,
     global_flags,
     inspect_outputs,
@@ -73,7 +73,7 @@ _GUARDED = {
     "transport.Mapping.allocate": lambda: vars(transport.Mapping)["allocate"],  # the classmethod object itself
 }
 
-_PROBES = ("fingerprint", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
+_PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
 
 
 def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleType:
@@ -106,6 +106,7 @@ def _own_code() -> dict[str, Any]:
     names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
     names["L2Flush.__call__"] = L2Flush.__call__
+    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern")})
     return names
 
 
@@ -254,49 +255,60 @@ class Worker:
             self._ship(payload, msg.get("out_path"))
 
     def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Timed calls, each on inputs generated for it alone from its own seed (a cache keyed on
-        addresses or contents never hits). Each call: flush L2, device sync, time, device sync."""
+        """Timed calls, each on inputs generated on the device for it alone from its own seed (a cache
+        keyed on addresses or contents never hits). Each call: inputs, L2 flush, device sync, timed
+        forward, device sync. What the harness adds per call is queued on the device without a host
+        round trip (fingerprints land in device memory, CUDA events are read once after the batch), so
+        the host is free to launch the next call's inputs while the device works."""
         for seed in msg["warmup_seeds"]:
             self._forward(self._inputs_for(seed))
         self._sync()
         cuda = self.device.type == "cuda"
         spot = set(msg.get("spot", []))
-        ms, host_ms, spots, prints = [], [], {}, []
+        seeds = msg["seeds"]
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in seeds] \
+            if cuda else []
+        host_ms: list[float] = []
+        spots: dict[str, Any] = {}
+        prints = Fingerprints(self.device, msg.get("print_key", 0))
         assert self.l2 is not None
-        for i, seed in enumerate(msg["seeds"]):
+
+        def timed() -> list[float]:
+            if not cuda:
+                return list(host_ms)
+            torch.cuda.synchronize()
+            return [start.elapsed_time(end) for start, end in events[:len(host_ms)]]
+
+        for i, seed in enumerate(seeds):
             inputs = self._inputs_for(seed)
             self.l2()
-            self._sync()
+            self._sync()  # device idle: no harness work or earlier call overlaps the timed region
             if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+                events[i][0].record()
             t0 = time.perf_counter()
             out = self._forward(inputs)
-            self._sync()
+            self._sync()  # device-wide: work a candidate left on side streams counts
             t1 = time.perf_counter()
             if cuda:
-                end.record()
-                end.synchronize()
-                ms.append(start.elapsed_time(end))
-            else:
-                ms.append((t1 - t0) * 1e3)
+                events[i][1].record()
             host_ms.append((t1 - t0) * 1e3)
             _, outputs = flatten(out)
             # Every call, before anything touches the output: a plain tensor, or a lazy object whose
             # work would run inside the fingerprint, after the clock stopped.
             fake = [type(o).__name__ for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
             if fake:
-                return {"ok": True, "ms": ms, "host_ms": host_ms,
+                return {"ok": True, "ms": timed(), "host_ms": host_ms,
                         "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
-            prints.append(fingerprint(outputs, seed))
+            prints.add(outputs, seed)
             if i in spot:
                 problems = inspect_outputs(outputs, inputs, self.device)
                 if problems:
-                    return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": problems}
+                    return {"ok": True, "ms": timed(), "host_ms": host_ms, "problems": problems}
                 spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
             del out, inputs, outputs
+        ms = timed()
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
-        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints, "problems": []} | shipped
+        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": []} | shipped
 
 
 def _limit_resources(memory_limit_mb: int, cuda: bool) -> None:

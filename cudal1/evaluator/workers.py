@@ -63,10 +63,44 @@ def compare_device(config: EvalConfig) -> str:
 @functools.cache
 def fd_transport_works(device: str) -> bool:
     """Whether a sandboxed worker's device memory reaches this process as a file descriptor: probed once
-    per device and process. When it does not (no POSIX-descriptor support in the driver), workers send
-    tensors as files: slower, same checks."""
+    per machine set-up (driver, torch, GPU model, uid), and the answer kept in a file only this user can
+    write, so a fresh ``cudal1 evaluate-one`` does not start a probe worker each time. When it does not
+    (no POSIX-descriptor support in the driver), workers send tensors as files: slower, same checks."""
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return False
+    cache = _probe_cache(device)
+    if cache is not None and cache.is_file() and cache.stat().st_uid == os.getuid():
+        return cache.read_text().strip() == "1"
+    works = _probe_fd_transport(device)
+    if cache is not None:
+        tmp = cache.with_suffix(f".{os.getpid()}")
+        tmp.write_text("1" if works else "0")
+        os.replace(tmp, cache)
+    return works
+
+
+def _probe_cache(device: str) -> Path | None:
+    """Where the probe's answer for this set-up is kept; None when the set-up cannot be named."""
+    import ctypes
+    import hashlib
+
+    from cudal1.evaluator.process import sandbox_available
+
+    try:
+        version = ctypes.c_int()
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version))
+        key = "|".join([torch.__version__, str(torch.version.cuda), str(version.value),
+                        torch.cuda.get_device_name(device), str(os.getuid()), str(sandbox_available())])
+        root = Path(tempfile.gettempdir()) / f"cudal1-probe-{os.getuid()}"
+        root.mkdir(mode=0o755, exist_ok=True)
+        if root.stat().st_uid != os.getuid():
+            return None
+        return root / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".txt")
+    except (OSError, AttributeError, RuntimeError):
+        return None
+
+
+def _probe_fd_transport(device: str) -> bool:
     root = Path(tempfile.mkdtemp(prefix="cudal1-probe-", dir=scratch_root()))
     root.chmod(0o711)
     try:

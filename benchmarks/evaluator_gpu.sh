@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The evaluator's GPU figures (docs/benchmarks/release-h100.json), run on the GPU machine from the
+# repository root with torch and the cudal1 core (trl/datasets wheels for the RL epoch). Each step
+# writes under $OUT (packed into $OUT/results.tgz at the end); benchmarks/release_bench.py turns them
+# into the JSON afterwards.
+#
+#   STEPS="overhead evalone gpu-tests sample learning" [RELEASE=carry/h100.jsonl] [LIMIT=36] \
+#       bash benchmarks/evaluator_gpu.sh
+#   STEPS="release" RELEASE=carry/h100.jsonl [DEVICES=cuda:0] [RUN_TIMEOUT=s] bash benchmarks/evaluator_gpu.sh
+#
+# overhead   benchmarks/timing_overhead.py on a few release references -> $OUT/overhead.json
+# evalone    one `cudal1 evaluate-one` of an elementwise program, wall clock -> $OUT/evaluate_one.json
+# gpu-tests  the GPU adversarial suite (tests/gpu) -> $OUT/gpu-tests.log
+# sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
+# release    every row, cold, then again warm -> $OUT/cold, $OUT/warm
+# learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
+set -uo pipefail
+OUT=${OUT:-/tmp/cudal1-gpu}
+RELEASE=${RELEASE:-carry/h100.jsonl}
+DEVICES=${DEVICES:-cuda:0}
+mkdir -p "$OUT"
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1
+# Sandboxed workers run as fresh uids: they must be able to traverse to the interpreter and the code.
+for p in $(python3 -c "import sys,os;print(os.path.realpath(sys.executable), sys.base_prefix, os.getcwd())"); do
+  d=$p; while [ "$d" != / ]; do [ -d "$d" ] && chmod o+x "$d"; d=$(dirname "$d"); done
+done
+stamp() { echo "[$(date +%T)] $*"; }
+
+release_pair() {  # name limit-args...: a cold run, then the same rows warm
+  local name=$1; shift
+  rm -rf /tmp/cudal1-extensions
+  stamp "$name cold"
+  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" \
+    --out "$OUT/$name-cold" "$@" > "$OUT/$name-cold.log" 2>&1
+  pkill -9 -f cudal1.evaluator.worker
+  tail -n 1 "$OUT/$name-cold.log"
+  rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
+    "$OUT/$name-cold/results.jsonl")
+  stamp "$name warm"
+  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" \
+    --out "$OUT/$name-warm" --rows "$rows" --agree-with "$OUT/$name-cold/results.jsonl" > "$OUT/$name-warm.log" 2>&1
+  pkill -9 -f cudal1.evaluator.worker
+  tail -n 1 "$OUT/$name-warm.log"
+}
+
+for step in ${STEPS:-overhead}; do
+  case $step in
+    overhead)
+      stamp overhead
+      python3 benchmarks/timing_overhead.py --release "$RELEASE" --rows "${OVERHEAD_ROWS:-L1-1,L1-19,L1-23,L1-40,L1-64,L1-92,L2-12,L2-46,L2-76,L3-1}" \
+        --device cuda:0 --repeats 20 --json "$OUT/overhead.json" 2>&1 | tail -n 12 ;;
+    evalone)
+      stamp evalone
+      mkdir -p /tmp/evalone
+      printf 'import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2.0\n\ndef get_inputs():\n    return [torch.randn(4096, 4096)]\n\ndef get_init_inputs():\n    return []\n' > /tmp/evalone/ref.py
+      printf 'import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.clamp_min(x, 0.0).mul_(2.0)\n' > /tmp/evalone/cand.py
+      for k in 1 2; do
+        s=$(date +%s.%N)
+        python3 -m cudal1.cli evaluate-one --reference /tmp/evalone/ref.py --candidate /tmp/evalone/cand.py \
+          --device cuda:0 --json > /tmp/evalone/out$k.txt 2>&1
+        e=$(date +%s.%N)
+        tail -n 1 /tmp/evalone/out$k.txt
+        python3 -c "import json,sys; print(json.dumps({'wall_s': round($e-$s, 2), 'call': $k, 'result': json.loads(open('/tmp/evalone/out$k.txt').read().strip().splitlines()[-1])}))" > "$OUT/evaluate_one_$k.json" || true
+      done
+      python3 -c "import time,torch; t=time.perf_counter(); torch.zeros(1, device='cuda'); print('cuda context s', round(time.perf_counter()-t, 2))"
+      cp "$OUT/evaluate_one_2.json" "$OUT/evaluate_one.json" 2>/dev/null; cat "$OUT"/evaluate_one_*.json ;;
+    gpu-tests)
+      stamp gpu-tests
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
+    sample)
+      release_pair sample --limit "${LIMIT:-36}" ;;
+    release)
+      release_pair release ;;
+    learning)
+      stamp learning
+      python3 benchmarks/learning_gpu.py --device cuda:0 --problems 6 --sft-epochs 20 --out /tmp/lgpu > "$OUT/learning.log" 2>&1
+      tail -n 1 "$OUT/learning.log" > "$OUT/learning.json"; tail -c 1500 "$OUT/learning.json" ;;
+  esac
+done
+stamp done
+# The device machine sends back at most 8 files: everything travels as one archive.
+tar czf /tmp/cudal1-gpu-results.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/cudal1-gpu-results.tgz "$OUT/results.tgz"

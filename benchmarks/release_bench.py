@@ -1,0 +1,151 @@
+"""The evaluator's speed and repeatability on a CUDA-L1 release, as one JSON file and one per-row table.
+
+Reads what the GPU runs left (each a folder written by benchmarks/release_eval.py: results.jsonl and
+summary.json; the JSON of benchmarks/timing_overhead.py; the timing of `cudal1 evaluate-one`; the last
+line of benchmarks/learning_gpu.py) and writes the figures of docs/benchmarks/release-h100.json. Runs
+anywhere with the standard library and this package (the CPU machine, after the GPU runs come back):
+
+    python benchmarks/release_bench.py --release ../shared/cuda-l1/h100.jsonl \
+        --cold RUN/cold --warm RUN/warm [--one-gpu RUN/x2-one --two-gpu RUN/x2-two] \
+        [--overhead RUN/overhead.json] [--evaluate-one RUN/evaluate_one.json] [--rl RUN/learning.json] \
+        --command "the command that made the runs" \
+        --json docs/benchmarks/release-h100.json --table docs/benchmarks/release-h100-rows.csv
+
+The per-row table has every row of the release (250): rows whose release carries no program have status
+``no_program``; it holds our measurements only (the release's reported scores stay in ../shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
+from cudal1.problems import load_cudal1_release  # noqa: E402
+
+
+def programs_only(results: list[Evaluation]) -> dict[str, Evaluation]:
+    """The released programs' evaluations by problem id (baseline rewrites left out), last one kept."""
+    return {e.problem_id: e for e in results if not e.candidate_id.startswith("template")}
+
+
+def verdict(e: Evaluation) -> str:
+    return "harness_failed" if e.harness_failed else e.status.value
+
+
+def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> dict[str, Any]:
+    """|Δ speedup| / speedup over the rows measured ok in both runs, and the rows whose verdict changed
+    (a harness failure in either run is no verdict and is left out).
+
+    >>> a = {"r1": Evaluation("r1", "c", "ok", speedup=2.0), "r2": Evaluation("r2", "c", "ok", speedup=1.0)}
+    >>> b = {"r1": Evaluation("r1", "c", "ok", speedup=2.02), "r2": Evaluation("r2", "c", "rejected")}
+    >>> agreement(a, b)["flips"], round(agreement(a, b)["median"], 4)
+    (['r2'], 0.01)
+    """
+    from cudal1.candidates import Status
+
+    def ok(e: Evaluation) -> bool:
+        return Status(e.status) is Status.OK and e.speedup is not None
+
+    common = sorted(set(first) & set(second))
+    gaps = sorted(abs(second[k].speedup - first[k].speedup) / first[k].speedup  # type: ignore[operator]
+                  for k in common if ok(first[k]) and ok(second[k]))
+    flips = [k for k in common if "harness_failed" not in (verdict(first[k]), verdict(second[k]))
+             and Status(first[k].status) is not Status(second[k].status)]
+    if not gaps:
+        return {"rows": 0, "median": None, "p95": None, "flips": flips}
+    return {"rows": len(gaps), "median": statistics.median(gaps),
+            "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips}
+
+
+def wall_s(run: Path) -> float:
+    return float(json.loads((run / "summary.json").read_text())["wall_s"])
+
+
+def rate(run: Path) -> float:
+    """Evaluations a second over the whole run."""
+    summary = json.loads((run / "summary.json").read_text())
+    return summary["evaluations"] / summary["wall_s"]
+
+
+def row_table(release: Path, cold: dict[str, Evaluation], warm: dict[str, Evaluation]) -> list[dict[str, Any]]:
+    table = []
+    for r in load_cudal1_release(release):
+        pid = r.problem.problem_id
+        e, w = cold.get(pid), warm.get(pid)
+        status = "no_program" if r.candidate_source is None else (verdict(e) if e else "not_run")
+        table.append({
+            "problem_id": pid, "status": status,
+            "speedup_vs_eager": e.speedup if e else None,
+            "speedup_low": e.speedup_low if e else None, "speedup_high": e.speedup_high if e else None,
+            "warm_status": verdict(w) if w else "", "warm_speedup_vs_eager": w.speedup if w else None,
+            "trials": e.trials if e else None, "eval_s": round(e.eval_s, 2) if e and e.eval_s else None,
+            "flags": ",".join(e.flags) if e else "", "reason": (e.reason if e else "")[:160],
+            "device": e.device_name if e else "",
+        })
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--release", required=True, type=Path)
+    ap.add_argument("--cold", required=True, type=Path, help="release_eval.py output of the empty-cache run")
+    ap.add_argument("--warm", required=True, type=Path, help="the same rows again, warm build cache")
+    ap.add_argument("--one-gpu", type=Path, help="a run on one GPU of the two-GPU machine")
+    ap.add_argument("--two-gpu", type=Path, help="the same rows on both GPUs of that machine")
+    ap.add_argument("--overhead", type=Path, help="benchmarks/timing_overhead.py --json output")
+    ap.add_argument("--evaluate-one", type=Path, help='{"wall_s": ...} of one `cudal1 evaluate-one` call')
+    ap.add_argument("--rl", type=Path, help="benchmarks/learning_gpu.py's last JSON line")
+    ap.add_argument("--command", required=True, help="the command that made the runs, recorded as is")
+    ap.add_argument("--date", default=dt.date.today().isoformat())
+    ap.add_argument("--json", required=True, type=Path)
+    ap.add_argument("--table", required=True, type=Path)
+    args = ap.parse_args()
+
+    cold, warm = programs_only(load_evaluations(args.cold / "results.jsonl")), \
+        programs_only(load_evaluations(args.warm / "results.jsonl"))
+    table = row_table(args.release, cold, warm)
+    args.table.parent.mkdir(parents=True, exist_ok=True)
+    with args.table.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    agree = agreement(cold, warm)
+    gpu = next((e.device_name for e in cold.values() if e.device_name), "")
+    figures: dict[str, Any] = {
+        "gpu": gpu, "date": args.date, "command": args.command,
+        "programs": len(cold), "rows": len(table),
+        "cold_wall_s": round(wall_s(args.cold), 1), "warm_wall_s": round(wall_s(args.warm), 1),
+        "agreement_median": None if agree["median"] is None else round(agree["median"], 4),
+        "agreement_p95": None if agree["p95"] is None else round(agree["p95"], 4),
+        "verdict_flips": len(agree["flips"]),
+        "two_gpu_speedup": round(rate(args.two_gpu) / rate(args.one_gpu), 3)
+        if args.one_gpu and args.two_gpu else None,
+        "harness_overhead_us_median": None, "evaluate_one_wall_s": None, "rl_eval_share": None,
+        "details": {"agreement_rows": agree["rows"], "flipped_rows": agree["flips"],
+                    "warm_over_cold": round(wall_s(args.warm) / wall_s(args.cold), 3),
+                    "statuses": {s: sum(t["status"] == s for t in table) for s in sorted({t["status"] for t in table})}},
+    }
+    if args.overhead:
+        summary = json.loads(args.overhead.read_text()).get("_summary", {})
+        figures["harness_overhead_us_median"] = summary.get("harness_overhead_us_median")
+    if args.evaluate_one:
+        figures["evaluate_one_wall_s"] = json.loads(args.evaluate_one.read_text())["wall_s"]
+    if args.rl:
+        epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
+        figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in figures.items() if k != "details"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The timed loop's device-side work: inputs generated on the GPU follow the reference's own
+distribution, fingerprints taken on the GPU agree with the CPU's, and a timed batch reports one event
+time per call with nothing read back before the batch ends.
+
+Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudal1.evaluator.compare import compare_fingerprints
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.probes import fingerprint
+from cudal1.evaluator.worker import Worker
+from cudal1.problems import load_starter_suite
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def _worker(source: str) -> Worker:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "reference.py"
+        path.write_text(source)
+        worker = Worker("cuda:0", 1, flush_l2=True)
+        assert worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})["ok"]
+    return worker
+
+
+@pytest.mark.parametrize("problem", load_starter_suite()[:8], ids=lambda p: p.problem_id)
+def test_device_inputs_follow_the_references_distribution(problem) -> None:
+    """The timed calls' inputs come from the reference's get_inputs under the device: same shapes and
+    dtypes as on the CPU, and the same moments (mean and standard deviation within sampling error)."""
+    worker = _worker(problem.source)
+    on_gpu = worker._inputs_for(7)
+    torch.manual_seed(7)
+    on_cpu = worker.reference.get_inputs()  # type: ignore[union-attr]
+    assert len(on_gpu) == len(on_cpu)
+    for g, c in zip(on_gpu, on_cpu):
+        if not isinstance(c, torch.Tensor):
+            assert g == c
+            continue
+        assert g.device.type == "cuda" and g.shape == c.shape and g.dtype == c.dtype
+        if c.is_floating_point() and c.numel() > 1000:
+            g64, c64 = g.double().cpu(), c.double()
+            tol = 6 * float(c64.std()) / c.numel() ** 0.5 + 1e-6
+            assert abs(float(g64.mean()) - float(c64.mean())) < tol
+            assert abs(float(g64.std()) / float(c64.std()) - 1) < 0.05
+
+
+def test_device_fingerprints_agree_with_the_cpu() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1024, 1024, generator=gen)
+    cfg = EvalConfig()
+    on_cpu, on_gpu = fingerprint([x], 123, key=5), fingerprint([x.cuda()], 123, key=5)
+    # Same pattern only where both devices draw it alike: the plain sums must agree either way.
+    assert on_cpu[0][0] == on_gpu[0][0]
+    for a, b in zip(on_cpu[0][1:3], on_gpu[0][1:3]):
+        assert abs(a - b) < 1e-6 * abs(a) + 1e-6
+    assert compare_fingerprints(on_gpu, fingerprint([x.cuda() + 1e-7], 123, key=5), ["float32"], cfg) == ""
+    assert compare_fingerprints(on_gpu, fingerprint([torch.zeros_like(x).cuda()], 123, key=5), ["float32"], cfg)
+
+
+def test_timed_batch_reports_one_event_time_per_call() -> None:
+    problem = load_starter_suite()[0]
+    worker = _worker(problem.source)
+    seeds = list(range(40))
+    reply = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": seeds, "spot": [3], "print_key": 9})
+    assert reply["ok"] and not reply["problems"]
+    assert len(reply["ms"]) == len(seeds) == len(reply["fingerprints"])
+    # The events bracket the host's clock around the same call (both end after the device-wide sync).
+    assert all(abs(ms - host) < 0.2 + 0.1 * host for ms, host in zip(reply["ms"], reply["host_ms"]))
+    assert statistics.median(reply["ms"]) > 0
+    again = worker.time_trial({"cmd": "time", "warmup_seeds": [], "seeds": seeds, "spot": [], "print_key": 9})
+    assert again["fingerprints"] == reply["fingerprints"]  # deterministic given the seeds and key
