@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--rows", default="", help="comma-separated problem ids, e.g. L1-1,L2-5")
     ap.add_argument("--baselines", default="", help=f"comma-separated from {sorted(BASELINES)}")
     ap.add_argument("--tolerance", type=float, default=1e-2)
-    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--trials", type=int, default=5, help="timing trials at least (more while the interval is wide)")
     ap.add_argument("--recheck-measurements", type=int, default=3,
                     help="2: CUDA-L1's rule (reject on the first >10%% disagreement; runs J-N used it); "
                          "3: a third measurement settles a disagreement, the slowest is kept")
