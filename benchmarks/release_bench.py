@@ -66,13 +66,28 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
             "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips}
 
 
+def run_summary(run: Path) -> dict[str, Any]:
+    """release_eval.py's summary; for a run stopped by its time limit (no summary written), the last
+    progress line of its log (``[n/N  t s] ...``): n evaluations in t seconds, marked partial."""
+    path = run / "summary.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    log = run.with_name(run.name + ".log")
+    lines = [line for line in log.read_text().splitlines() if line.startswith("[")]
+    if not lines:
+        raise SystemExit(f"{run}: no summary.json and no progress lines in {log}")
+    done, rest = lines[-1][1:].split("/", 1)
+    seconds = float(rest.split("]")[0].split()[-1].rstrip("s"))
+    return {"evaluations": int(done), "wall_s": seconds, "partial": True}
+
+
 def wall_s(run: Path) -> float:
-    return float(json.loads((run / "summary.json").read_text())["wall_s"])
+    return float(run_summary(run)["wall_s"])
 
 
 def rate(run: Path) -> float:
     """Evaluations a second over the whole run."""
-    summary = json.loads((run / "summary.json").read_text())
+    summary = run_summary(run)
     return summary["evaluations"] / summary["wall_s"]
 
 
@@ -132,6 +147,9 @@ def main() -> None:
         "harness_overhead_us_median": None, "evaluate_one_wall_s": None, "rl_eval_share": None,
         "details": {"agreement_rows": agree["rows"], "flipped_rows": agree["flips"],
                     "warm_over_cold": round(wall_s(args.warm) / wall_s(args.cold), 3),
+                    "cold_partial": bool(run_summary(args.cold).get("partial")),
+                    "cold_per_program_s": round(wall_s(args.cold) / max(len(cold), 1), 2),
+                    "warm_per_program_s": round(wall_s(args.warm) / max(len(warm), 1), 2),
                     "statuses": {s: sum(t["status"] == s for t in table) for s in sorted({t["status"] for t in table})}},
     }
     if args.overhead:

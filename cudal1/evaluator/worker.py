@@ -348,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
     _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
+    _pin_cpu(args.device)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
     worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
@@ -387,6 +388,25 @@ def main(argv: list[str] | None = None) -> None:
         replies.write(send_json(reply) + "\n")
     replies.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
+
+
+def _pin_cpu(device: str) -> None:
+    """A GPU's timed workers (its reference and its candidates) run on one core of their own: the launch
+    of a small kernel is host work, and a process that migrates between cores, or lands beside a busy
+    one, times the same program differently from one trial to the next. Both programs of a pair share
+    that core (they are never timed at once), so neither is favoured."""
+    if not device.startswith("cuda") or not hasattr(os, "sched_setaffinity"):
+        return
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or os.nice(0) > 0:
+        return  # a build worker (no GPU, or low priority): it and its compilers use every other core
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 4:
+        return  # too few cores to give one away
+    index = int(device.split(":")[1]) if ":" in device else 0
+    try:
+        os.sched_setaffinity(0, {allowed[-1 - index % (len(allowed) // 2)]})
+    except OSError:
+        pass
 
 
 def _is_build_error(exc: BaseException) -> bool:

@@ -73,7 +73,9 @@ def test_timed_batch_reports_one_event_time_per_call() -> None:
     problem = load_starter_suite()[0]
     worker = _worker(problem.source)
     seeds = list(range(40))
-    reply = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": seeds, "spot": [3], "print_key": 9})
+    spot_path = Path(tempfile.mkdtemp()) / "spot.pt"
+    reply = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": seeds, "spot": [3], "print_key": 9,
+                               "spot_path": str(spot_path)})
     assert reply["ok"] and not reply["problems"]
     assert len(reply["ms"]) == len(seeds) == len(reply["fingerprints"])
     # The events bracket the host's clock around the same call (both end after the device-wide sync).
