@@ -45,8 +45,9 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
     """|Δ speedup| / speedup over the rows measured ok in both runs, and the rows whose verdict changed
     (a harness failure in either run is no verdict and is left out).
 
-    >>> a = {"r1": Evaluation("r1", "c", "ok", speedup=2.0), "r2": Evaluation("r2", "c", "ok", speedup=1.0)}
-    >>> b = {"r1": Evaluation("r1", "c", "ok", speedup=2.02), "r2": Evaluation("r2", "c", "rejected")}
+    >>> from cudal1.candidates import Status
+    >>> a = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.0), "r2": Evaluation("r2", "c", Status.OK, speedup=1.0)}
+    >>> b = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.02), "r2": Evaluation("r2", "c", Status.REJECTED)}
     >>> agreement(a, b)["flips"], round(agreement(a, b)["median"], 4)
     (['r2'], 0.01)
     """

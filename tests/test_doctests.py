@@ -17,3 +17,17 @@ def test_doctests(name: str) -> None:
     assert result.failed == 0, f"{name}: {result.failed} doctest(s) failed"
     if name in ("cudal1.evaluator.timing", "cudal1.training.rewards"):
         assert result.attempted > 0, f"{name} should carry doctests"
+
+
+def test_benchmark_summary_doctests() -> None:
+    """benchmarks/release_bench.py is a script, not a module of the package: load it by path."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "release_bench.py"
+    spec = importlib.util.spec_from_file_location("release_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -205,3 +205,30 @@ def test_chunked_comparison_matches_a_single_pass() -> None:
     assert not _compare_tensor(ref, moved, cfg, chunk=7).ok
     z = torch.randn(64, dtype=torch.complex64, generator=gen)
     assert _compare_tensor(z, z, cfg, chunk=5).ok and not _compare_tensor(z, z + 0.5j, cfg, chunk=5).ok
+
+
+def test_median_interval_covers_and_narrows_with_trials() -> None:
+    from cudal1.evaluator.timing import median_interval
+
+    gen = torch.Generator().manual_seed(1)
+    few = (1.0 + 0.05 * torch.randn(6, generator=gen)).tolist()
+    many = (1.0 + 0.05 * torch.randn(60, generator=gen)).tolist()
+    lo_few, hi_few = median_interval(few)
+    lo_many, hi_many = median_interval(many)
+    assert lo_few == min(few) and hi_few == max(few)  # n=6: the whole range is the 95% interval
+    assert lo_many <= sorted(many)[30] <= hi_many and hi_many - lo_many < hi_few - lo_few
+    m = Measurement.from_pairs([TrialPair([2.0], [1.0 + 0.01 * k], 0.01, 0.005) for k in range(6)])
+    assert m.low <= m.speedup <= m.high and m.half_width == pytest.approx(max(m.high / m.speedup - 1, 1 - m.low / m.speedup))
+
+
+def test_fingerprints_on_the_device_keep_their_format() -> None:
+    from cudal1.evaluator.probes import Fingerprints
+
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) - 5
+    prints = Fingerprints(torch.device("cpu"), key=3)
+    prints.add([x, 2.5], seed=11)
+    prints.add([x], seed=12)
+    first, second = prints.values()
+    assert first[0][:3] == [12.0, float(x.sum()), float(x.abs().sum())] and first[0][4] == float((x * x).sum())
+    assert first[1] == [1.0, 2.5, 2.5, 2.5, 6.25]
+    assert second[0][1] == first[0][1] and len(second) == 1
