@@ -12,6 +12,7 @@
 # evalone    one `cudal1 evaluate-one` of an elementwise program, wall clock -> $OUT/evaluate_one.json
 # gpu-tests  the GPU adversarial suite (tests/gpu) -> $OUT/gpu-tests.log
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
+# cold       LIMIT rows, cold build cache only -> $OUT/cold
 # release    every row, cold, then again warm -> $OUT/cold, $OUT/warm
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
 set -uo pipefail
@@ -62,13 +63,24 @@ for step in ${STEPS:-overhead}; do
         tail -n 1 /tmp/evalone/out$k.txt
         python3 -c "import json,sys; print(json.dumps({'wall_s': round($e-$s, 2), 'call': $k, 'result': json.loads(open('/tmp/evalone/out$k.txt').read().strip().splitlines()[-1])}))" > "$OUT/evaluate_one_$k.json" || true
       done
-      python3 -c "import time,torch; t=time.perf_counter(); torch.zeros(1, device='cuda'); print('cuda context s', round(time.perf_counter()-t, 2))"
+      python3 -c "import time; t=time.perf_counter(); import torch; i=time.perf_counter(); torch.zeros(1, device='cuda'); print('import torch s', round(i-t, 2), 'cuda context s', round(time.perf_counter()-i, 2))"
+      # Where the wall clock goes: the parent's profile of a third call
+      python3 -m cProfile -o /tmp/evalone/p.prof -m cudal1.cli evaluate-one --reference /tmp/evalone/ref.py \
+        --candidate /tmp/evalone/cand.py --device cuda:0 --json > /dev/null 2>&1
+      python3 -c "import pstats; pstats.Stats('/tmp/evalone/p.prof').sort_stats('cumulative').print_stats(60)" \
+        > "$OUT/evalone-profile.txt" 2>&1
       cp "$OUT/evaluate_one_2.json" "$OUT/evaluate_one.json" 2>/dev/null; cat "$OUT"/evaluate_one_*.json ;;
     gpu-tests)
       stamp gpu-tests
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
     sample)
       release_pair sample --limit "${LIMIT:-36}" ;;
+    cold)  # LIMIT rows, cold build cache only (with CUDAL1_TIMING_TRACE=1: per-trial details in extra)
+      rm -rf /tmp/cudal1-extensions
+      stamp "cold ${LIMIT:-36}"
+      timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" \
+        --out "$OUT/cold" ${ROWS:+--rows "$ROWS"} --limit "${LIMIT:-36}" > "$OUT/cold.log" 2>&1
+      pkill -9 -f cudal1.evaluator.worker; tail -n 1 "$OUT/cold.log" ;;
     release)
       release_pair release ;;
     learning)

@@ -229,6 +229,35 @@ def test_fingerprints_on_the_device_keep_their_format() -> None:
     prints.add([x, 2.5], seed=11)
     prints.add([x], seed=12)
     first, second = prints.values()
-    assert first[0][:3] == [12.0, float(x.sum()), float(x.abs().sum())] and first[0][4] == float((x * x).sum())
+    assert first[0][:3] == [12.0, float(x.sum()), float(x.abs().sum())]
+    assert first[0][4] == pytest.approx(float((x * x).sum()), rel=1e-6)  # a float32 2-norm, squared
     assert first[1] == [1.0, 2.5, 2.5, 2.5, 6.25]
     assert second[0][1] == first[0][1] and len(second) == 1
+
+
+def test_staged_fingerprints_match_one_call_at_a_time() -> None:
+    """Calls staged together (a few launches a batch) give the sums each call gives alone, across a
+    change of layout, Python numbers, integer, complex and non-contiguous outputs."""
+    from cudal1.evaluator.probes import Fingerprints
+
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for k in range(7):
+        x = torch.randn(6, 5, generator=gen)
+        calls.append(([x.t(), 3.0 + k, torch.arange(4) * k], 100 + k))  # non-contiguous, number, integers
+    calls.append(([torch.randn(3, generator=gen, dtype=torch.complex64)], 999))  # a new layout
+    calls.append(([torch.randn(6, 5, generator=gen).t(), 1.0, torch.arange(4)], 7))
+    staged = Fingerprints(torch.device("cpu"), key=11, calls=len(calls))
+    single = Fingerprints(torch.device("cpu"), key=11, calls=len(calls), stage_bytes=1)  # one row at a time
+    for outputs, seed in calls:
+        staged.add(outputs, seed)
+        single.add(outputs, seed)
+    a, b = staged.values(), single.values()
+    assert len(a) == len(calls) and [len(r) for r in a] == [len(o) for o, _ in calls]
+    for row_a, row_b in zip(a, b):
+        for fa, fb in zip(row_a, row_b):
+            assert fa == pytest.approx(fb, rel=1e-12, abs=1e-12)
+    x = calls[0][0][0]
+    w = staged._pattern(30)[100 % 4099:100 % 4099 + 30]
+    assert a[0][0][3] == pytest.approx(float((x.reshape(-1) * w).double().sum()), abs=1e-5 * a[0][0][2])
+    assert a[0][1] == [1.0, 3.0, 3.0, 3.0, 9.0] and a[7][0][0] == 6.0  # complex: real and imaginary parts

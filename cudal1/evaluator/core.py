@@ -7,9 +7,11 @@ generate their inputs from seeds the parent sends; the parent checks the candida
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import shutil
+import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -90,6 +92,9 @@ class _Run:
     max_rel: float = 0.0
     max_scaled: float = 0.0
     output_dtypes: list[str] = field(default_factory=list)
+    # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
+    trace: list[dict[str, Any]] | None = field(
+        default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)
 
 
 def _correctness(run: _Run) -> int:
@@ -187,7 +192,9 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
            "print_key": new_seed()}
-    if _rng.random() < 0.5:
+    started = time.perf_counter()
+    reference_first = _rng.random() < 0.5
+    if reference_first:
         run.reference.warm(warm_seed)
         ref, ref_wall, ref_spots = run.reference.time(msg)
         _warm_candidate(run, warm_seed)
@@ -197,6 +204,8 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
         cand, cand_wall, cand_spots = _time_candidate(run, msg)
         run.reference.warm(warm_seed)
         ref, ref_wall, ref_spots = run.reference.time(msg)
+    if run.trace is not None:
+        run.trace.append(_trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started))
     ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
     if len(cand_prints) != len(ref_prints):
         raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
@@ -214,6 +223,19 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall)
+
+
+def _trace_row(ref: dict[str, Any], cand: dict[str, Any], ref_wall: float, cand_wall: float,
+               reference_first: bool, trial_s: float) -> dict[str, Any]:
+    """One trial as the noise diagnosis needs it: device (event) and host medians per program, the
+    parent's wall per batch and for the whole trial (warm-ups and messages included)."""
+    def med(xs: list[float]) -> float:
+        return round(statistics.median(xs), 5) if xs else float("nan")
+
+    return {"ratio": round(med(ref["ms"]) / max(med(cand["ms"]), 1e-9), 5), "ref_first": reference_first,
+            "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_host_ms": med(ref.get("host_ms", [])),
+            "cand_host_ms": med(cand.get("host_ms", [])), "ref_wall_s": round(ref_wall, 4),
+            "cand_wall_s": round(cand_wall, 4), "trial_s": round(trial_s, 4)}
 
 
 def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
@@ -247,7 +269,12 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
         measurements = 2
     if best.high - best.low > cfg.max_spread * best.speedup:
         run.flags.add("noisy")
-    return best, {"iters_per_trial": iters, "measurements": measurements}
+    # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
+    batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in pairs)
+    extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3)}
+    if run.trace is not None:
+        extra["trace"] = run.trace
+    return best, extra
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig) -> dict[str, Any]:

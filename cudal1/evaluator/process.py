@@ -20,7 +20,9 @@ from typing import Any
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-             "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS")
+             "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
+             # bytecode the parent compiled; read only to a worker (it writes none, and a sandboxed uid cannot)
+             "PYTHONPYCACHEPREFIX")
 
 
 @dataclass(frozen=True)

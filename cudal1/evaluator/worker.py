@@ -107,7 +107,7 @@ def _own_code() -> dict[str, Any]:
     names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
     names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting")})
-    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern")})
+    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern", "_flush", "_rows")})
     return names
 
 
@@ -132,6 +132,7 @@ class Worker:
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
         self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
+        self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -276,11 +277,13 @@ class Worker:
         self._sync()
         spot = set(msg.get("spot", []))
         seeds = msg["seeds"]
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in seeds] \
-            if cuda else []
+        if cuda:  # created once per worker and reused: creating two events per call costs more than the call
+            self.events += [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                            for _ in range(len(seeds) - len(self.events))]
+        events = self.events[:len(seeds)]
         host_ms: list[float] = []
         spots: dict[str, Any] = {}
-        prints = Fingerprints(self.device, msg.get("print_key", 0))
+        prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds))
 
         def timed() -> list[float]:
             if not cuda:
