@@ -90,5 +90,5 @@ for step in ${STEPS:-overhead}; do
   esac
 done
 stamp done
-# The device machine sends back at most 8 files: everything travels as one archive.
+# Everything under $OUT becomes one archive, so the results are copied back as one file.
 tar czf /tmp/cudal1-gpu-results.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/cudal1-gpu-results.tgz "$OUT/results.tgz"

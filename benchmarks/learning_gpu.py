@@ -3,7 +3,7 @@ with every candidate evaluated on the GPU. Prints the time split between generat
 training, and the epoch's metrics, as one JSON line at the end.
 
 Needs torch, transformers, accelerate, trl and datasets (no prefect, mlflow or polars: the corpus is made
-and measured here, the pool is kept in memory). Run from the repository root on the device machine:
+and measured here, the pool is kept in memory). Run from the repository root on a GPU machine:
 
     PYTHONPATH=. python benchmarks/learning_gpu.py --device cuda:0 --out /tmp/learning-gpu
 

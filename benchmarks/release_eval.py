@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=1e-2)
     ap.add_argument("--trials", type=int, default=5, help="timing trials at least (more while the interval is wide)")
     ap.add_argument("--recheck-measurements", type=int, default=3,
-                    help="2: CUDA-L1's rule (reject on the first >10%% disagreement; runs J-N used it); "
+                    help="2: CUDA-L1's rule (reject on the first >10%% disagreement; the release runs up to 2026-11-23-agreement in docs/gpu-runs.md used it); "
                          "3: a third measurement settles a disagreement, the slowest is kept")
     ap.add_argument("--build-workers", type=int, default=0)
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")

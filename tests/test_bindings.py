@@ -1,5 +1,6 @@
 """The static reading of load_inline calls (cudal1.evaluator.bindings): checked against the compiler
-itself on this machine, and against the CUDA-L1 h100 release, whose builds failed on the H100 (run M)."""
+itself on this machine, and against the CUDA-L1 h100 release, whose builds failed on the H100
+(docs/gpu-runs.md#2026-11-23-release-210)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,6 @@ def test_the_release_rows_whose_builds_failed_on_the_h100() -> None:
     rows = {f"L{r['level_id']}-{r['task_id']}": r["custom_code"] or "" for r in map(json.loads, CUDAL1_H100.open())}
     assert "never declare" in binding_problems(rows["L1-12"])[0]  # the launcher lives in the CUDA source only
     assert any("two modules" in p for p in binding_problems(rows["L1-42"]))  # PYBIND11_MODULE and functions=
-    assert binding_problems(rows["L1-32"]) == []  # built and measured on the H100 (run M)
+    assert binding_problems(rows["L1-32"]) == []  # built and measured on the H100 (2026-11-23-release-210)
     flagged = [pid for pid, code in rows.items() if binding_problems(code)]
-    assert len(flagged) == 66, flagged  # 63 of run M's 64 failed builds, plus 3 rows rejected before building
+    assert len(flagged) == 66, flagged  # 63 of the H100 run's 64 failed builds, plus 3 rows rejected before building

@@ -24,7 +24,7 @@ from cudal1.problems import Problem
 class Quiet:
     """Stops the build workers, and every compiler they started, while a device times a candidate.
 
-    Measured on the H100 (docs/gpu-runs.md, run J): with 13 builds at nice 19 beside the timing, two
+    Measured on the H100 (docs/gpu-runs.md#2026-11-23-two-cold): with 13 builds at nice 19 beside the timing, two
     cold runs of the same 67 rows differed by a median 3.2% and a 95th percentile of 28%, and the
     wall-clock check rejected rows in one run and not the other; launch-bound programs (200 calls per
     trial) moved most. Builds only pause: they resume when no device is timing."""
@@ -103,7 +103,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     compiles on its first ``forward``: ~30 of CUDA-L1's H100 programs) gets step 2: constructed on the
     GPU and called once, two such warm-ups per device at a time. Their kernels run beside the timing of
     another candidate, a brief load on the device; without it each of those programs compiled for
-    13-85 s on the timed path with the device idle (run I, docs/gpu-runs.md)."""
+    13-85 s on the timed path with the device idle (docs/gpu-runs.md#2026-11-22-two-gpus)."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
     ext_dir = extensions_root / candidate.sha256[:16]
     # Step 1 puts nothing on the GPU another candidate is being timed on. The GPUs stay visible, because

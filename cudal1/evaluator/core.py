@@ -101,7 +101,8 @@ def _correctness(run: _Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
     # One record at a time: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in, 8 GB out), and the
-    # parent holding several beside both workers' copies ran an 80 GB H100 out of memory (run L).
+    # parent holding several beside both workers' copies ran an 80 GB H100 out of memory
+    # (docs/gpu-runs.md#2026-11-23-parent-oom).
     record = run.reference.records(seeds[:1])[0]
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in record["outputs"]]
@@ -187,7 +188,7 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     # The warm-up call is a command of its own, so the parent's wall clock around the timed batch holds
     # only the timed calls plus work both programs share (input generation, L2 flush, fingerprints). With
     # the warm-up inside, a program that tunes itself on its first call of a batch (cudnn.benchmark on
-    # L1-55/59/62/81 in run M) looked like a forged clock. Warming up early opens nothing: the timed
+    # L1-55/59/62/81 in docs/gpu-runs.md#2026-11-23-release-210) looked like a forged clock. Warming up early opens nothing: the timed
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,

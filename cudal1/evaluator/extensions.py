@@ -7,7 +7,7 @@ Two jobs:
   then warmed up on the GPU by a build worker instead of compiling on the timed path.
 - **Remember failed builds.** Many released programs try to compile an extension, catch the failure and
   fall back to PyTorch. A build that fails leaves nothing in torch's cache, so every fresh worker
-  compiled it again for 12-17 s just to fail (measured on the H100, docs/gpu-runs.md run I). A failure
+  compiled it again for 12-17 s just to fail (measured on the H100, docs/gpu-runs.md#2026-11-22-cold-warm). A failure
   of a given build (same name, sources and flags) is written next to the candidate's builds and raised
   again at once by later calls, with the original message: the program takes the same fallback, sooner.
   Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a

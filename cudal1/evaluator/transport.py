@@ -3,8 +3,8 @@
 CUDA: the worker copies the tensors of one reply into one block of exportable device memory
 (:mod:`cudal1.evaluator.cuda_vmm`) and passes its file descriptor over a Unix socket (SCM_RIGHTS); the
 parent maps the block and copies each tensor out, device to device: no bytes pass through host memory or
-files. Through ``torch.save`` files on /dev/shm a 1 GB output cost seconds per transfer on the H200 (run C
-in docs/gpu-runs.md), and one evaluation moves outputs a dozen times. If the export fails (a driver
+files. Through ``torch.save`` files on /dev/shm a 1 GB output cost seconds per transfer on the H200
+(docs/gpu-runs.md#2026-11-22-release-probe), and one evaluation moves outputs a dozen times. If the export fails (a driver
 without POSIX-descriptor handles), the worker falls back to a file for that reply.
 
 CPU: a ``torch.save`` file at a path the parent chose, read back with ``weights_only=True``.

@@ -45,7 +45,7 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None) 
 
 
 def stop(proc: subprocess.Popen, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
-    """Stop a process this session started (by its id), escalating to SIGKILL."""
+    """Stop a process these tests started (by its id), escalating to SIGKILL."""
     for sig in signals:
         if proc.poll() is None:
             proc.send_signal(sig)
