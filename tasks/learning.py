@@ -132,14 +132,16 @@ def self_supervised_task(params: Any, problems: list, corpus: list, sink: Series
 
 
 def run_key(params: Any, policy: str, pool: str) -> str:
-    """What an RL run's checkpoints depend on: its settings (not paths, devices or the epoch count), the
-    starting policy's files and the starting pool. A rerun with the same key resumes (more epochs extend
-    the run); anything else starts afresh."""
+    """What an RL run's checkpoints depend on: its settings (not paths, devices, the epoch count or where vLLM
+    runs), the starting policy's files and the starting pool. A rerun with the same key resumes (more epochs
+    extend the run); anything else starts afresh."""
     import dataclasses
     import hashlib
 
     skip = {"epochs", "problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir",
-            "plots"}
+            "plots", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization"}
+    if not params.use_vllm:  # generation by model.generate: the vLLM settings play no part (and earlier keys hold)
+        skip |= {"use_vllm", "vllm_mode"}
     settings = {k: v for k, v in dataclasses.asdict(params).items() if k not in skip}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     source = Path(policy_source(policy))
