@@ -326,9 +326,10 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     raise ParamsError(f"{where}: no rule to check type {tp!r} (a bug in cudal1.config)")
 
 
-# Keys that hold file or folder paths, per section class: resolved against the params file's folder.
+# Keys that hold file or folder paths, in any section: resolved against the params file's folder here, the
+# one place a stage's paths are resolved (flows and tasks use them as they come).
 _PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache",
-              "storage")
+              "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots")
 
 
 def _resolve_paths(params: Any, root: Path) -> Any:

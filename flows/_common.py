@@ -1,4 +1,9 @@
-"""What every stage flow shares: where the repository is, run names, and the command line."""
+"""What every stage flow shares: where the repository is, run names, and the command line.
+
+Every stage flow reads the same way: ``params = load_params(params_path, stage)`` (which resolves the
+section's relative paths against the params file's folder, the one place they are resolved), ``root =
+repo_root(params_path)`` for the MLflow store, then tasks that take the params section (and ``root`` when
+they log to MLflow themselves) and use its paths as they come."""
 
 from __future__ import annotations
 

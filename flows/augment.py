@@ -33,7 +33,8 @@ def augment_flow(params_path: str = "params.yaml") -> int:
     params: AugmentParams = load_params(params_path, "augment")
     logger = get_run_logger()
     gpu = any(d.startswith("cuda") for d in params.devices)
-    with stage_run("augment", params_dict(params), repo_root(params_path)) as run:
+    root = repo_root(params_path)
+    with stage_run("augment", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         # Every endpoint answers before any evaluation starts: a typo costs seconds, not an hour.
         for i, teacher in enumerate(params.teachers):

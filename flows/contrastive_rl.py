@@ -13,7 +13,7 @@ from cudal1.config import load_params, params_dict
 from cudal1.training.params import ContrastiveRLParams
 from flows._common import main, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import contrastive_rl_task, resolve, write_plot_csv
+from tasks.learning import contrastive_rl_task, write_plot_csv
 from tasks.tracking import stage_run
 
 COLUMNS = ["epoch", "mean_reward", "max_reward", "success_rate", "mean_speedup", "median_speedup", "max_speedup",
@@ -30,12 +30,9 @@ def contrastive_rl_flow(params_path: str = "params.yaml") -> list:
     params: ContrastiveRLParams = load_params(params_path, "contrastive_rl")
     root = repo_root(params_path)
     with stage_run("contrastive_rl", params_dict(params), root) as run:
-        problems = read_problems_task(resolve(root, params.problems))
-        epochs = contrastive_rl_task(params, problems, resolve(root, params.policy), resolve(root, params.pool),
-                                     resolve(root, params.out_dir), resolve(root, params.data_dir),
-                                     resolve(root, params.work_dir), resolve(root, params.pool_cache),
-                                     run.run_id, str(root))
-        write_plot_csv(epochs, resolve(root, params.plots), COLUMNS)
+        problems = read_problems_task(params.problems)
+        epochs = contrastive_rl_task(params, problems, run.run_id, str(root))
+        write_plot_csv(epochs, params.plots, COLUMNS)
         for e in epochs:
             get_run_logger().info(f"epoch {int(e['epoch'])}: mean reward {e['mean_reward']:.3f}, success "
                                   f"{e['success_rate']:.2f}, median speedup {e['median_speedup']:.3f}")

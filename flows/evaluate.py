@@ -26,7 +26,8 @@ def _describe(p: EvaluateParams) -> str:
 def evaluate_flow(params_path: str = "params.yaml") -> int:
     params: EvaluateParams = load_params(params_path, "evaluate")
     logger = get_run_logger()
-    with stage_run("evaluate", params_dict(params), repo_root(params_path)) as run:
+    root = repo_root(params_path)
+    with stage_run("evaluate", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         candidates = read_candidates_task(params.candidates)
         reused = seed_measurements_task(cache_path(params.measurements_cache), params.reuse)

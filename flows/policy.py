@@ -11,7 +11,7 @@ from cudal1.config import load_params, params_dict
 from cudal1.training.params import PolicyParams
 from flows._common import main, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import build_policy_task, read_corpus_task, resolve
+from tasks.learning import build_policy_task, read_corpus_task
 from tasks.tracking import stage_run
 
 
@@ -24,9 +24,9 @@ def policy_flow(params_path: str = "params.yaml") -> dict:
     params: PolicyParams = load_params(params_path, "policy")
     root = repo_root(params_path)
     with stage_run("policy", params_dict(params), root) as run:
-        problems = read_problems_task(resolve(root, params.problems)) if params.is_tiny else []
-        corpus = read_corpus_task(resolve(root, params.corpus)) if params.is_tiny else []
-        built = build_policy_task(params, problems, corpus, resolve(root, params.out_dir))
+        problems = read_problems_task(params.problems) if params.is_tiny else []
+        corpus = read_corpus_task(params.corpus) if params.is_tiny else []
+        built = build_policy_task(params, problems, corpus)
         get_run_logger().info(f"policy -> {params.out_dir}: {built}")
         run.log_metrics({k: v for k, v in built.items() if isinstance(v, int | float)})
     return built

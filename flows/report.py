@@ -25,7 +25,8 @@ def _describe(p: ReportParams) -> str:
 @flow(name="report", flow_run_name=run_name("report", _describe))
 def report_flow(params_path: str = "params.yaml") -> dict:
     params: ReportParams = load_params(params_path, "report")
-    with stage_run("report", params_dict(params), repo_root(params_path)) as run:
+    root = repo_root(params_path)
+    with stage_run("report", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         candidates = read_candidates_task(params.candidates)
         evaluations = read_evaluations_task(params.evaluations)

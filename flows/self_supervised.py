@@ -15,7 +15,6 @@ from tasks.learning import (
     SeriesBuffer,
     log_series_task,
     read_corpus_task,
-    resolve,
     self_supervised_task,
     write_plot_csv,
 )
@@ -34,14 +33,12 @@ def self_supervised_flow(params_path: str = "params.yaml") -> list:
     params: SelfSupervisedParams = load_params(params_path, "self_supervised")
     root = repo_root(params_path)
     with stage_run("self_supervised", params_dict(params), root) as run:
-        problems = read_problems_task(resolve(root, params.problems))
-        corpus = read_corpus_task(resolve(root, params.corpus))
+        problems = read_problems_task(params.problems)
+        corpus = read_corpus_task(params.corpus)
         sink = SeriesBuffer()
-        rounds = self_supervised_task(params, problems, corpus, resolve(root, params.policy),
-                                      resolve(root, params.out_dir), resolve(root, params.data_dir),
-                                      resolve(root, params.pool_cache), sink)
+        rounds = self_supervised_task(params, problems, corpus, sink)
         log_series_task(run.run_id, sink.drain(), str(root))
-        write_plot_csv(rounds, resolve(root, params.plots), COLUMNS)
+        write_plot_csv(rounds, params.plots, COLUMNS)
         for r in rounds:
             get_run_logger().info(f"round {r['round']}: {r['correct']}/{r['samples']} correct, "
                                   f"{r['problems_solved']} problems solved, {r['evaluated']} evaluated")

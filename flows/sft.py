@@ -11,7 +11,7 @@ from cudal1.config import load_params, params_dict
 from cudal1.training.params import SFTParams
 from flows._common import main, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, resolve, sft_task, write_plot_csv
+from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, sft_task, write_plot_csv
 from tasks.tracking import stage_run
 
 
@@ -24,13 +24,13 @@ def sft_flow(params_path: str = "params.yaml") -> dict:
     params: SFTParams = load_params(params_path, "sft")
     root = repo_root(params_path)
     with stage_run("sft", params_dict(params), root) as run:
-        problems = read_problems_task(resolve(root, params.problems))
-        corpus = read_corpus_task(resolve(root, params.corpus))
+        problems = read_problems_task(params.problems)
+        corpus = read_corpus_task(params.corpus)
         sink = SeriesBuffer()
-        summary = sft_task(params, problems, corpus, resolve(root, params.policy), resolve(root, params.out_dir), sink)
+        summary = sft_task(params, problems, corpus, sink)
         series = sink.drain()
         log_series_task(run.run_id, series, str(root))
-        write_plot_csv([{"step": step} | m for step, m in series if "sft_loss" in m], resolve(root, params.plots),
+        write_plot_csv([{"step": step} | m for step, m in series if "sft_loss" in m], params.plots,
                        ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
         get_run_logger().info(f"sft -> {params.out_dir}: {summary}")
         run.log_metrics(summary)

@@ -1,5 +1,6 @@
 """Prefect tasks of the learning stages (policy, sft, self_supervised, contrastive_rl): short wrappers over
-``cudal1.training``, plus MLflow logging of step series (``tasks.tracking`` logs single values)."""
+``cudal1.training``, plus MLflow logging of step series (``tasks.tracking`` logs single values). Each stage
+task takes its params section, whose paths ``load_params`` has resolved against the repository root."""
 
 from __future__ import annotations
 
@@ -18,11 +19,6 @@ from prefect.cache_policies import NO_CACHE
 from cudal1.training.finetune import POINTER, policy_source
 from tasks.retry import io_only
 from tasks.tracking import flatten, tracking_uri
-
-
-def resolve(root: str | Path, path: str) -> str:
-    """A params path against the repository root (absolute paths stay as they are)."""
-    return str(Path(root) / path)
 
 
 class SeriesBuffer:
@@ -78,8 +74,9 @@ def read_corpus_task(path: str) -> list:
 
 
 @task(cache_policy=NO_CACHE)
-def build_policy_task(params: Any, problems: list, corpus: list, out_dir: str) -> dict[str, Any]:
+def build_policy_task(params: Any, problems: list, corpus: list) -> dict[str, Any]:
     """The tiny policy, built here; or a pointer to the model the params name (weights are not copied)."""
+    out_dir = params.out_dir
     if not params.is_tiny:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / POINTER).write_text(json.dumps({"model": params.model}) + "\n")
@@ -93,58 +90,58 @@ def build_policy_task(params: Any, problems: list, corpus: list, out_dir: str) -
 
 
 @task(cache_policy=NO_CACHE)
-def sft_task(params: Any, problems: list, corpus: list, policy: str, out_dir: str,
-             sink: SeriesBuffer) -> dict[str, Any]:
+def sft_task(params: Any, problems: list, corpus: list, sink: SeriesBuffer) -> dict[str, Any]:
     from cudal1.training.data import fit_length, sft_examples
     from cudal1.training.finetune import finetune, load_policy, save_policy
 
-    model, tokenizer = load_policy(policy_source(policy))
+    model, tokenizer = load_policy(policy_source(params.policy))
     rows = sft_examples({p.problem_id: p for p in problems}, corpus, params.prompts, params.seed, params.copies)
     rows, dropped = fit_length(rows, tokenizer, params.max_length)
     with tempfile.TemporaryDirectory(prefix="cudal1-sft-") as work:  # the trainer's scratch folder
         model, summary = finetune(model, tokenizer, rows, params, work, sink=sink)
-    save_policy(model, tokenizer, out_dir)
+    save_policy(model, tokenizer, params.out_dir)
     return summary | {"dropped_too_long": dropped}
 
 
 @task(cache_policy=NO_CACHE)
-def self_supervised_task(params: Any, problems: list, corpus: list, policy: str, out_dir: str, data_dir: str,
-                         pool_cache: str, sink: SeriesBuffer) -> list[dict[str, Any]]:
+def self_supervised_task(params: Any, problems: list, corpus: list, sink: SeriesBuffer) -> list[dict[str, Any]]:
     from cudal1.pool import CandidatePool
     from cudal1.training.evaluation import evaluator_fn
     from cudal1.training.finetune import load_policy, save_policy
     from cudal1.training.self_supervised import run_self_supervised
 
-    model, tokenizer = load_policy(policy_source(policy))
-    pool, cache = CandidatePool(corpus), CandidatePool.load(pool_cache)
-    data = Path(data_dir)
+    model, tokenizer = load_policy(policy_source(params.policy))
+    pool, cache = CandidatePool(corpus), CandidatePool.load(params.pool_cache)
+    data = Path(params.data_dir)
 
     def on_round(r: int, model: Any, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         import polars as pl
 
         data.mkdir(parents=True, exist_ok=True)
         pl.DataFrame(samples, infer_schema_length=None).write_parquet(data / f"samples-round-{r}.parquet")
-        save_policy(model, tokenizer, Path(out_dir) / "rounds" / f"round-{r}")
+        save_policy(model, tokenizer, Path(params.out_dir) / "rounds" / f"round-{r}")
 
     with tempfile.TemporaryDirectory(prefix="cudal1-ssl-") as work:
         model, summaries = run_self_supervised(
             model, tokenizer, {p.problem_id: p for p in problems}, pool,
             evaluator_fn(params.protocol, params.devices), params, work, pool_path=data / "pool.parquet",
-            sink=sink, on_round=on_round, cache=cache, cache_path=pool_cache)
+            sink=sink, on_round=on_round, cache=cache, cache_path=params.pool_cache)
     pool.save(data / "pool.parquet")
-    save_policy(model, tokenizer, out_dir)
+    save_policy(model, tokenizer, params.out_dir)
     return summaries
 
 
 def run_key(params: Any, policy: str, pool: str) -> str:
-    """What an RL run's checkpoints depend on: its settings (not paths, devices or the epoch count), the
-    starting policy's files and the starting pool. A rerun with the same key resumes (more epochs extend
-    the run); anything else starts afresh."""
+    """What an RL run's checkpoints depend on: its settings (not paths, devices, the epoch count or where vLLM
+    runs), the starting policy's files and the starting pool. A rerun with the same key resumes (more epochs
+    extend the run); anything else starts afresh."""
     import dataclasses
     import hashlib
 
     skip = {"epochs", "problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir",
-            "plots"}
+            "plots", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization"}
+    if not params.use_vllm:  # generation by model.generate: the vLLM settings play no part (and earlier keys hold)
+        skip |= {"use_vllm", "vllm_mode"}
     settings = {k: v for k, v in dataclasses.asdict(params).items() if k not in skip}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
     source = Path(policy_source(policy))
@@ -158,10 +155,9 @@ def run_key(params: Any, policy: str, pool: str) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def contrastive_rl_task(params: Any, problems: list, policy: str, start_pool: str, out_dir: str, data_dir: str,
-                        work_dir: str, pool_cache: str, run_id: str, repo_root: str) -> list[dict[str, float]]:
-    """All epochs, resuming from ``work_dir/<run key>``; epoch metrics and TRL's step logs go to MLflow
-    as each epoch ends."""
+def contrastive_rl_task(params: Any, problems: list, run_id: str, repo_root: str) -> list[dict[str, float]]:
+    """All epochs, resuming from ``params.work_dir/<run key>``; epoch metrics and TRL's step logs go to the
+    MLflow run ``run_id`` of the store under ``repo_root`` as each epoch ends."""
     import shutil
 
     from cudal1.candidates import Candidate, candidates_to_parquet
@@ -170,10 +166,10 @@ def contrastive_rl_task(params: Any, problems: list, policy: str, start_pool: st
     from cudal1.training.finetune import load_policy, save_policy
     from cudal1.training.rl import run_contrastive_rl
 
-    work = Path(work_dir) / run_key(params, policy, start_pool)
+    work = Path(params.work_dir) / run_key(params, params.policy, params.pool)
     work.mkdir(parents=True, exist_ok=True)
-    pool = CandidatePool.load(work / "pool.parquet" if (work / "pool.parquet").exists() else start_pool)
-    model, tokenizer = load_policy(policy_source(policy))
+    pool = CandidatePool.load(work / "pool.parquet" if (work / "pool.parquet").exists() else params.pool)
+    model, tokenizer = load_policy(policy_source(params.policy))
     sink = SeriesBuffer()
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
@@ -184,9 +180,10 @@ def contrastive_rl_task(params: Any, problems: list, policy: str, start_pool: st
     model, epochs = run_contrastive_rl(
         model, tokenizer, {p.problem_id: p for p in problems}, pool, evaluator_fn(params.protocol, params.devices),
         params, work, pool_path=work / "pool.parquet", sink=sink, on_epoch=on_epoch,
-        load_model=lambda path: load_policy(path)[0], cache=CandidatePool.load(pool_cache), cache_path=pool_cache)
-    save_policy(model, tokenizer, out_dir)
-    data = Path(data_dir)
+        load_model=lambda path: load_policy(path)[0], cache=CandidatePool.load(params.pool_cache),
+        cache_path=params.pool_cache)
+    save_policy(model, tokenizer, params.out_dir)
+    data = Path(params.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(work / "pool.parquet", data / "pool.parquet")
     # The RL candidates as a candidate table, so the `evaluate` stage can measure them with its protocol.

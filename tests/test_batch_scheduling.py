@@ -1,25 +1,43 @@
-"""The batch's device queue: problems whose candidates need no build (or whose builds are done) are
-handed out first, so a device never idles behind a compile while other work is ready."""
+"""The batch's schedule, part by part, without a device: the shared queue hands out problems whose
+candidates need no build (or whose builds are done) first, so a device never idles behind a compile while
+other work is ready; one device's queue looks two candidates ahead across a problem's end; the run-ahead
+starts two workers, loads one, and lets go of those no longer coming; timing waits for the loads and
+pauses builds."""
 
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from cudal1.candidates import Candidate
-from cudal1.evaluator.batch import _Groups
+from cudal1.evaluator.builds import QUIET
+from cudal1.evaluator.schedule import DeviceQueue, Groups, RunAhead, quiet_after
 from cudal1.problems import Problem
 
 
-def _group(pid: str) -> tuple[Problem, list[Candidate]]:
-    return Problem(pid, 1, pid, "x"), [Candidate(pid, f"# {pid}\n")]
+def _group(pid: str, n: int = 1) -> tuple[Problem, list[Candidate]]:
+    return Problem(pid, 1, pid, "x"), [Candidate(pid, f"# {pid} {i}\n", candidate_id=f"{pid}.{i}") for i in range(n)]
+
+
+def _done(value: object) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+def _queue(groups: Groups, started: list[str]) -> DeviceQueue:
+    """A device queue whose reference start records the problem and returns its name."""
+    def start(problem: Problem) -> Future:
+        started.append(problem.problem_id)
+        return _done(f"reference of {problem.problem_id}")
+    return DeviceQueue(groups, start)
 
 
 def test_ready_groups_first_then_waits_for_builds() -> None:
     slow, fast = _group("needs-build"), _group("plain")
     build: Future[str] = Future()
-    groups = _Groups([slow, fast], {slow[1][0].sha256: build})
+    groups = Groups([slow, fast], {slow[1][0].sha256: build})
     assert groups.take()[0].problem_id == "plain"  # type: ignore[index]
     assert groups.take(block=False) is None  # only the unbuilt one is left: not ready yet
     threading.Timer(0.3, build.set_result, args=("",)).start()
@@ -31,5 +49,84 @@ def test_ready_groups_first_then_waits_for_builds() -> None:
 
 def test_order_is_kept_among_ready_groups() -> None:
     names = [f"p{i}" for i in range(5)]
-    groups = _Groups([_group(n) for n in names], {})
+    groups = Groups([_group(n) for n in names], {})
     assert [groups.take()[0].problem_id for _ in names] == names  # type: ignore[index]
+
+
+def test_device_queue_looks_two_candidates_ahead_across_a_problem_end() -> None:
+    started: list[str] = []
+    queue = _queue(Groups([_group("a", 3), _group("b", 1), _group("c", 2)], {}), started)
+    current = queue.next()
+    assert current is not None and current[0].problem_id == "a" and started == ["a"]
+    assert [c.candidate_id for _p, c, _f in queue.coming(current, 0)] == ["a.1", "a.2"]
+    assert started == ["a"]  # nothing taken early while the current group has two more
+    coming = queue.coming(current, 1)
+    assert [c.candidate_id for _p, c, _f in coming] == ["a.2", "b.0"]
+    assert coming[1][2].result() == "reference of b" and started == ["a", "b"]  # b's reference starts
+    assert [c.candidate_id for _p, c, _f in queue.coming(current, 2)] == ["b.0", "c.0"]
+    assert started == ["a", "b", "c"]  # each taken group's reference started once
+    assert [g[0].problem_id for g in (queue.next(), queue.next())] == ["b", "c"]  # type: ignore[index]
+    assert queue.next() is None
+
+
+def test_device_queue_takes_no_group_early_that_waits_for_a_build() -> None:
+    build: Future[str] = Future()
+    slow = _group("needs-build")
+    queue = _queue(Groups([_group("a", 1), slow], {slow[1][0].sha256: build}), [])
+    current = queue.next()
+    assert current is not None
+    assert queue.coming(current, 0) == []  # the next group is not ready: nothing to get ready, no waiting
+    build.set_result("")
+    assert [c.candidate_id for _p, c, _f in queue.coming(current, 0)] == ["needs-build.0"]
+
+
+def test_run_ahead_starts_two_loads_one_and_lets_go_of_the_rest() -> None:
+    a, b = _group("a", 3), _group("b", 1)
+    fa, fb = _done("ref a"), _done("ref b")
+    discarded: list[str] = []
+    reference_loads: list[object] = []
+    building = {"a.2"}
+    with ThreadPoolExecutor(max_workers=2) as loader:
+        ahead: RunAhead[str] = RunAhead(lambda p, c: f"worker {c.candidate_id}",
+                                        lambda w, f: {"ok": True, "worker": w, "reference": f.result()},
+                                        lambda f: reference_loads.append(f.result()),
+                                        lambda c: c.candidate_id not in building, loader, discard=discarded.append)
+        waits = ahead.prepare([(a[0], a[1][1], fa), (a[0], a[1][2], fa)], a[0])
+        assert sorted(ahead.started) == [id(a[1][1])]  # a.2 may not start yet (say, its build runs)
+        assert [w.result() for w in waits] == [{"ok": True, "worker": "worker a.1", "reference": "ref a"}]
+        taken = ahead.take(a[1][1])
+        assert taken is not None and taken.worker == "worker a.1" and taken.loaded is waits[0]
+        assert ahead.take(a[1][1]) is None  # once taken, the caller's
+        building.clear()
+        waits = ahead.prepare([(a[0], a[1][2], fa), (b[0], b[1][0], fb)], a[0])
+        assert len(waits) == 1 and sorted(ahead.started) == sorted([id(a[1][2]), id(b[1][0])])
+        assert reference_loads == []  # the next candidate is of the same problem: its reference is loaded
+        waits = ahead.prepare([(b[0], b[1][0], fb)], a[0])  # a.2 skipped (say, its reference failed)
+        assert discarded == ["worker a.2"]
+        for w in waits:
+            w.result()
+        assert len(waits) == 2 and reference_loads == ["ref b"]  # another problem next: its reference loads
+        ahead.clear()
+    assert discarded == ["worker a.2", "worker b.0"] and ahead.started == {}
+
+
+def test_run_ahead_drops_a_candidate_whose_reference_failed() -> None:
+    a = _group("a", 2)
+    discarded: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as loader:
+        ahead: RunAhead[str] = RunAhead(lambda p, c: c.candidate_id, lambda w, f: {}, lambda f: None,
+                                        lambda c: True, loader, discard=discarded.append)
+        ahead.prepare([(a[0], c, _done("ref")) for c in a[1]], a[0])
+        ahead.drop(a[1][0])
+        ahead.drop(a[1][0])  # dropped already: nothing more to let go
+    assert discarded == ["a.0"] and list(ahead.started) == [id(a[1][1])]
+
+
+def test_timing_waits_for_the_loads_ahead_then_pauses_builds() -> None:
+    load: Future[dict] = Future()
+    threading.Timer(0.3, load.set_result, args=({},)).start()
+    started = time.perf_counter()
+    with quiet_after([load])():
+        assert load.done() and time.perf_counter() - started >= 0.2
+        assert QUIET.depth == 1  # build workers are stopped while this is held
+    assert QUIET.depth == 0

@@ -5,12 +5,9 @@ stopped (a candidate already measured under the same config on the same hardware
 from __future__ import annotations
 
 import os
-import shutil
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from cudal1.evaluator.core import (
 )
 from cudal1.evaluator.extensions import mentions_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
+from cudal1.evaluator.schedule import DeviceQueue, Group, Groups, RunAhead, quiet_after
 from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
@@ -181,12 +179,12 @@ def evaluate_many(
         ordered = list(order.items())
         if costs:
             ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
-        groups = _Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
+        groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
         errors: list[BaseException] = []
 
         def run_device(device: str) -> None:
             try:
-                _device_loop(device, groups, builds, config, devices, ext_root, sink)
+                _DeviceLoop(device, groups, builds, config, devices, ext_root, sink).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -205,169 +203,105 @@ def evaluate_many(
     return sink.new
 
 
-class _Groups:
-    """Problems waiting for a device, ready ones first: a group whose candidates need no build (or whose
-    builds are done) is timed while others still compile, instead of the device idling behind a build."""
-
-    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
-        self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
-
-    def close(self) -> None:
-        """Nothing more is handed out (a device loop died; the others finish their current group)."""
-        with self.lock:
-            self.groups.clear()
-
-    def _ready(self, cands: list[Candidate]) -> bool:
-        return all(c.sha256 not in self.builds or self.builds[c.sha256].done() for c in cands)
-
-    def take(self, block: bool = True) -> tuple[Problem, list[Candidate]] | None:
-        """The first ready group; without ``block``, None when none is ready yet. None when all are taken."""
-        while True:
-            with self.lock:
-                if not self.groups:
-                    return None
-                for i, (_problem, cands) in enumerate(self.groups):
-                    if self._ready(cands):
-                        return self.groups.pop(i)
-                pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
-                           if c.sha256 in self.builds and not self.builds[c.sha256].done()]
-            if not block:
-                return None
-            wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-
-
-def _quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[None]]:
-    """The timing context of a device loop: first the loads running ahead finish, then builds pause."""
-
-    @contextmanager
-    def quiet() -> Iterator[None]:
-        wait(waits)
-        with QUIET():
-            yield
-
-    return quiet
-
-
-class _Ahead:
-    """A coming candidate's worker: started two candidates ahead (interpreter, torch, CUDA context), sent
-    its load command one candidate ahead."""
-
-    def __init__(self, worker: WorkerProcess) -> None:
-        self.worker = worker
-        self.loaded: Future[dict] | None = None
-
-    def discard(self) -> None:
-        self.worker.close()
-        shutil.rmtree(self.worker.workdir.parent, ignore_errors=True)
-
-
-def _device_loop(device: str, groups: _Groups, builds: dict[str, Future[str]], config: EvalConfig,
-                 devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
+class _DeviceLoop:
     """One device, one candidate timed at a time. What comes next gets ready while the current candidate
     is checked, off the critical path: the workers of the next two candidates (and the reference workers
     of their problems) start, and the next candidate and its reference load (import, cached build,
     construct). Process start-up puts almost nothing on the device; loading does, so timing waits until
     the next loads are done: nothing else of the batch runs on the device while a candidate is timed
-    (build-worker warm-ups aside, see prebuild)."""
-    cfg = config.with_device(device)
+    (build-worker warm-ups aside, see prebuild). The order comes from :mod:`cudal1.evaluator.schedule`;
+    this class wires it to the evaluator and records each result."""
 
-    def start_reference(problem: Problem) -> ReferenceSession | str:
+    def __init__(self, device: str, groups: Groups, builds: dict[str, Future[str]], config: EvalConfig,
+                 devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
+        self.device, self.groups, self.builds, self.devices = device, groups, builds, devices
+        self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
+
+    def run(self) -> None:
+        with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2) as loader:
+            queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem))
+            ahead: RunAhead[WorkerProcess] = RunAhead(self._start_worker, self._load_ahead, _load_reference,
+                                                      self._startable, loader)
+            current = queue.next()
+            while current is not None:
+                self._group(current, queue, ahead)
+                current = queue.next()
+            ahead.clear()
+
+    def _group(self, group: Group, queue: DeviceQueue, ahead: RunAhead[WorkerProcess]) -> None:
+        """One problem's candidates, in order, against its reference; all recorded as reference failures
+        when the reference does not load."""
+        problem, cands, session_future = group
+        session = _loaded(session_future)
+        if isinstance(session, str):
+            for c in cands:
+                self.sink.add(_reference_failed(problem, c, self.cfg, session))
+                ahead.drop(c)
+            return
+        with session:
+            for i, c in enumerate(cands):
+                if c.sha256 in self.builds:
+                    self.builds[c.sha256].result()
+                mine = ahead.take(c)
+                worker = mine.worker if mine is not None else self._start_worker(problem, c)
+                loaded = mine.loaded if mine is not None else None
+                waits = ahead.prepare(queue.coming(group, i), problem)
+                self.sink.add(self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded))
+
+    def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
+                 waits: list[Future], **prepared: Any) -> Evaluation:
+        """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
+        result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device,
+                          quiet=quiet_after(waits), **prepared)
+        if _out_of_memory(result):
+            # Workers running ahead hold device memory too (L2-34's reference ran out in run M):
+            # once more with nothing ahead, before the failure is recorded.
+            wait(waits)
+            ahead.clear()
+            result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device, quiet=QUIET)
+            result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
+        return result
+
+    def _start_reference(self, problem: Problem) -> ReferenceSession | str:
+        """The problem's reference worker, started but not loaded; its failure as a message."""
         try:
-            return ReferenceSession(problem, cfg, load=False)
+            return ReferenceSession(problem, self.cfg, load=False)
         except (ReferenceError, WorkerFailure) as exc:
             return str(exc)
 
-    def load_reference(future: Future) -> None:
-        session = future.result()
-        if not isinstance(session, str):
-            try:
-                session.load()
-            except ReferenceError:
-                pass  # raised again when its turn comes, and reported then
+    def _start_worker(self, problem: Problem, c: Candidate) -> WorkerProcess:
+        return prepare_candidate_worker(problem, c, self.cfg, self.ext_root)
 
-    def load_ahead(worker: WorkerProcess, future: Future) -> dict:
+    def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        return load_candidate(worker, session.init_seed, cfg)
+        return load_candidate(worker, session.init_seed, self.cfg)
 
-    def next_group(block: bool) -> tuple[Problem, list[Candidate], Future] | None:
-        taken = groups.take(block)
-        if taken is None:
-            return None
-        return taken[0], taken[1], starter.submit(start_reference, taken[0])
+    def _startable(self, c: Candidate) -> bool:
+        built = c.sha256 not in self.builds or self.builds[c.sha256].done()
+        return built and not (self.cfg.static_checks and check_source(c.source).rejected)
 
-    def can_start(c: Candidate) -> bool:
-        built = c.sha256 not in builds or builds[c.sha256].done()
-        return built and not (cfg.static_checks and check_source(c.source).rejected)
 
-    def coming(cands: list[Candidate], i: int, future: Future) -> list[tuple[Problem, Candidate, Future]]:
-        """The two candidates after cands[i], taking the groups that are ready as needed."""
-        out = [(problem, c, future) for c in cands[i + 1:i + 3]]
-        k = 0
-        while len(out) < 2:
-            if k == len(queue):
-                taken = next_group(block=False)
-                if taken is None:
-                    break
-                queue.append(taken)
-            p, cs, f = queue[k]
-            out += [(p, c, f) for c in cs[:2 - len(out)]]
-            k += 1
-        return out
+def _load_reference(future: Future) -> None:
+    """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
+    session = future.result()
+    if not isinstance(session, str):
+        try:
+            session.load()
+        except ReferenceError:
+            pass  # raised again when its turn comes, and reported then
 
-    queue: deque[tuple[Problem, list[Candidate], Future]] = deque()  # groups taken, after the current one
-    started: dict[int, _Ahead] = {}  # by id() of the candidate
-    with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2) as loader:
-        current = next_group(block=True)
-        while current is not None:
-            problem, cands, session_future = current
-            session = session_future.result()
-            if not isinstance(session, str):
-                try:
-                    session.load()
-                except ReferenceError as exc:
-                    session = str(exc)
-            if isinstance(session, str):
-                for c in cands:
-                    sink.add(_reference_failed(problem, c, cfg, session))
-                    if id(c) in started:
-                        started.pop(id(c)).discard()
-                current = queue.popleft() if queue else next_group(block=True)
-                continue
-            with session:
-                for i, c in enumerate(cands):
-                    if c.sha256 in builds:
-                        builds[c.sha256].result()
-                    mine = started.pop(id(c), None)
-                    worker = mine.worker if mine is not None else prepare_candidate_worker(problem, c, cfg, ext_root)
-                    loaded = mine.loaded if mine is not None else None
-                    upcoming = coming(cands, i, session_future)
-                    for stale in set(started) - {id(u[1]) for u in upcoming}:
-                        started.pop(stale).discard()
-                    waits: list[Future] = []
-                    for j, (p, u, f) in enumerate(upcoming):
-                        if id(u) not in started and can_start(u):
-                            started[id(u)] = _Ahead(prepare_candidate_worker(p, u, cfg, ext_root))
-                        if j == 0 and id(u) in started:
-                            started[id(u)].loaded = loader.submit(load_ahead, started[id(u)].worker, f)
-                            waits.append(started[id(u)].loaded)
-                        if j == 0 and p is not problem:
-                            waits.append(loader.submit(load_reference, f))
-                    result = _guarded(problem, c, cfg, session, ext_root, devices, device, prepared=worker,
-                                      loaded=loaded, quiet=_quiet_after(waits))
-                    if _out_of_memory(result):
-                        # Workers running ahead hold device memory too (L2-34's reference ran out in run M):
-                        # once more with nothing ahead, before the failure is recorded.
-                        wait(waits)
-                        for stale in list(started):
-                            started.pop(stale).discard()
-                        result = _guarded(problem, c, cfg, session, ext_root, devices, device, quiet=QUIET)
-                        result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
-                    sink.add(result)
-            current = queue.popleft() if queue else next_group(block=True)
-        for ahead in started.values():
-            ahead.discard()
+
+def _loaded(future: Future) -> ReferenceSession | str:
+    """The current problem's reference, loaded (a no-op when loaded ahead), or why it failed."""
+    session = future.result()
+    if not isinstance(session, str):
+        try:
+            session.load()
+        except ReferenceError as exc:
+            session = str(exc)
+    return session
 
 
 def _out_of_memory(result: Evaluation) -> bool:

@@ -16,13 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-
-def _paths(params: Any, root: Path, *names: str) -> Any:
-    return replace(params, **{n: str(root / getattr(params, n)) for n in names})
 
 
 def _is_main() -> bool:
@@ -37,8 +32,7 @@ def run_sft(params_path: str) -> dict[str, Any]:
     from cudal1.training.data import fit_length, load_corpus, sft_examples
     from cudal1.training.finetune import finetune, load_policy, policy_source, save_policy
 
-    root = Path(params_path).resolve().parent
-    params = _paths(load_params(params_path, "sft"), root, "problems", "corpus", "policy", "out_dir")
+    params = load_params(params_path, "sft")  # its paths resolved against the params file's folder
     problems = _read_problems(params.problems, Problem)
     model, tokenizer = load_policy(policy_source(params.policy))
     rows = sft_examples({p.problem_id: p for p in problems}, load_corpus(params.corpus), params.prompts,
@@ -59,9 +53,7 @@ def run_rl(params_path: str) -> list[dict[str, float]]:
     from cudal1.training.finetune import load_policy, policy_source, save_policy
     from cudal1.training.rl import run_contrastive_rl
 
-    root = Path(params_path).resolve().parent
-    params = _paths(load_params(params_path, "contrastive_rl"), root, "problems", "pool", "policy", "out_dir",
-                    "work_dir")
+    params = load_params(params_path, "contrastive_rl")
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     devices = tuple(f"cuda:{rank}" if d.startswith("cuda") else d for d in params.devices[:1])
     problems = _read_problems(params.problems, Problem)

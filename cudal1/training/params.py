@@ -1,7 +1,7 @@
 """``params.yaml`` sections of the learning stages. Each extends the core settings its stage's functions
 take (a ``SFTParams`` *is* a ``FinetuneSettings``) with the stage's inputs and outputs, so a section stays
 flat in YAML and the core never sees a path it does not need. Registered in ``cudal1.config.SECTIONS``;
-relative paths are resolved by the flows against the params file's folder."""
+relative paths are resolved against the params file's folder by ``cudal1.config.load_params``."""
 
 from __future__ import annotations
 

@@ -78,7 +78,12 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         beta=settings.beta,
         num_iterations=settings.iterations,
         top_entropy_quantile=settings.top_entropy_quantile,
-        use_vllm=False,  # TRL's colocated vLLM fails on CPU (STACK-NOTES); on GPU set it through the flow
+        # Off by default (TRL's vLLM generation needs a GPU and vllm installed); params turn it on.
+        use_vllm=settings.use_vllm,
+        vllm_mode=settings.vllm_mode,
+        vllm_server_host=settings.vllm_server_host,
+        vllm_server_port=settings.vllm_server_port,
+        vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -87,6 +92,24 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         gradient_checkpointing=settings.gradient_checkpointing,
         **device_kwargs(),
     )
+
+
+def check_vllm(settings: RLSettings) -> None:
+    """With ``use_vllm``, stop before the first epoch, saying what is missing: TRL imports vllm in both modes
+    (server mode for its client and weight sync), and vLLM generates on a CUDA GPU only."""
+    import importlib.util
+
+    import torch
+
+    if not settings.use_vllm:
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise RuntimeError("contrastive_rl.use_vllm is true but vllm is not installed where the trainer runs: run "
+                           "`python -m cudal1.training.launch rl` in an environment with vllm (docs/learning.md, "
+                           "\"Generation with vLLM\"), or set use_vllm: false")
+    if not torch.cuda.is_available():
+        raise RuntimeError("contrastive_rl.use_vllm is true but no CUDA GPU is visible: vLLM generates on GPUs "
+                           "only; set use_vllm: false on a CPU")
 
 
 def _adamw(model: Any, learning_rate: float) -> Any:
@@ -122,6 +145,7 @@ def run_contrastive_rl(
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    check_vllm(settings)
     out_dir = Path(out_dir)
     state = load_state(out_dir)
     done = len(state["epochs"])

@@ -5,7 +5,7 @@ the value. Defaults are the embedded CPU configuration measured in docs/learning
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -146,10 +146,20 @@ class RLSettings:
     gradient_checkpointing: bool = False
     seed: int = 0
     prompts: PromptSettings = PromptSettings()
+    # Generation through TRL's vLLM integration instead of model.generate (docs/learning.md, "Generation with
+    # vLLM"): off by default, as on CPU. "server": completions come from a `trl vllm-serve` process at
+    # vllm_server_host:vllm_server_port, which receives the policy's weights after each step; "colocate":
+    # vLLM runs inside the trainer's process, on its GPU, with this fraction of the GPU's memory.
+    use_vllm: bool = False
+    vllm_mode: Literal["server", "colocate"] = "server"
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_gpu_memory_utilization: float = 0.3
 
     def __post_init__(self) -> None:
         _positive(self, "epochs", "prompts_per_problem", "num_generations", "prompts_per_step", "max_new_tokens",
                   "learning_rate", "clip", "iterations")
+        self._check_vllm()
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
         if not 0 < self.top_entropy_quantile <= 1:
@@ -159,6 +169,20 @@ class RLSettings:
         if self.failure_reward > -self.clip:
             raise ValueError(f"failure_reward={self.failure_reward} > -clip: a broken program would outscore a "
                              "correct one; set it at or below -clip")
+
+    def _check_vllm(self) -> None:
+        if self.vllm_mode not in ("server", "colocate"):
+            raise ValueError(f"vllm_mode={self.vllm_mode!r}: use 'server' (a `trl vllm-serve` process at "
+                             "vllm_server_host:vllm_server_port) or 'colocate' (vLLM inside the trainer's process)")
+        if not self.vllm_server_host.strip():
+            raise ValueError("vllm_server_host is empty: give the host `trl vllm-serve --host` listens on, "
+                             "e.g. 127.0.0.1")
+        if not 1 <= self.vllm_server_port <= 65535:
+            raise ValueError(f"vllm_server_port={self.vllm_server_port}: use the port of `trl vllm-serve --port` "
+                             "(1-65535)")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError(f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization}: use the fraction "
+                             "of the GPU's memory colocated vLLM may take, in (0, 1]")
 
 
 def from_dict(cls: type, data: dict[str, Any] | None, base: Any = None) -> Any:

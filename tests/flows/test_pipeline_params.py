@@ -65,6 +65,23 @@ def test_the_repository_params_load_into_their_dataclasses():
     assert Path(augment.problems).is_absolute()  # relative to the params file, whatever the cwd
 
 
+def test_every_stage_path_is_resolved_once_against_the_params_folder(tmp_path: Path) -> None:
+    """load_params is the one place paths are resolved: flows and tasks use them as they come, in every
+    stage (the learning stages' policy, pool, work_dir... included)."""
+    import dataclasses
+
+    path = tmp_path / "params.yaml"
+    path.write_text("{}\n")
+    checked = set()
+    for section in SECTIONS:
+        params = load_params(path, section)
+        for f in dataclasses.fields(params):
+            if isinstance(f.default, str) and "/" in f.default:  # a default path such as data/...parquet
+                assert getattr(params, f.name) == str(tmp_path / f.default), f"{section}.{f.name}"
+                checked.add(f.name)
+    assert {"policy", "pool", "corpus", "data_dir", "work_dir", "pool_cache", "plots"} <= checked
+
+
 @pytest.mark.parametrize("text, message", [
     ("augment:\n  protocol:\n    timing_trails: 3\n",
      "augment.protocol.timing_trails: unknown key in section 'augment.protocol'; valid keys: device, "),

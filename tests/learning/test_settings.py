@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cudal1.training.rl import grpo_config
@@ -58,3 +60,57 @@ def test_without_redrawn_samples_every_epoch_samples_with_one_seed(tmp_path):
     # completions every epoch, so an epoch's change in success rate is the policy's change.
     settings = RLSettings(seed=3, redraw_samples=False)
     assert {grpo_config(settings, tmp_path, epoch=e, n_prompts=15).seed for e in range(3)} == {3}
+
+
+@pytest.mark.parametrize("section, expected", [
+    ("use_vllm: true\n  vllm_mode: server\n  vllm_server_host: 10.0.0.7\n  vllm_server_port: 8123\n",
+     {"use_vllm": True, "vllm_mode": "server", "vllm_server_host": "10.0.0.7", "vllm_server_port": 8123}),
+    ("use_vllm: true\n  vllm_mode: colocate\n  vllm_gpu_memory_utilization: 0.45\n",
+     {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.45}),
+    ("seed: 0\n", {"use_vllm": False}),  # the default: model.generate, as on CPU
+])
+def test_vllm_settings_in_params_reach_the_grpo_config(tmp_path, section, expected):
+    from cudal1.config import load_params
+
+    path = tmp_path / "params.yaml"
+    path.write_text(f"contrastive_rl:\n  {section}")
+    args = grpo_config(load_params(path, "contrastive_rl"), tmp_path, epoch=0, n_prompts=10)
+    assert {k: getattr(args, k) for k in expected} == expected
+
+
+def test_the_repository_params_keep_vllm_off():
+    from pathlib import Path
+
+    from cudal1.config import load_params
+
+    params = load_params(Path(__file__).resolve().parents[2] / "params.yaml", "contrastive_rl")
+    assert params.use_vllm is False and params.vllm_mode == "server"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("vllm_mode: remote", "contrastive_rl.vllm_mode: expected one of 'server', 'colocate'"),
+    ("vllm_server_port: 0", "vllm_server_port=0: use the port of `trl vllm-serve --port`"),
+    ("vllm_server_host: ''", "vllm_server_host is empty"),
+    ("vllm_gpu_memory_utilization: 1.5", "vllm_gpu_memory_utilization=1.5: use the fraction"),
+])
+def test_a_wrong_vllm_setting_is_named_with_its_fix(tmp_path, line, message):
+    from cudal1.config import ParamsError, load_params
+
+    path = tmp_path / "params.yaml"
+    path.write_text(f"contrastive_rl:\n  {line}\n")
+    with pytest.raises(ParamsError, match=re.escape(message)):
+        load_params(path, "contrastive_rl")
+
+
+def test_vllm_on_a_machine_without_it_stops_before_the_first_epoch():
+    import importlib.util
+
+    import torch
+
+    from cudal1.training.rl import check_vllm
+
+    check_vllm(RLSettings())  # off: nothing to check
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        pytest.skip("vllm and a GPU are both here: nothing is missing")
+    with pytest.raises(RuntimeError, match="use_vllm is true but (vllm is not installed|no CUDA GPU)"):
+        check_vllm(RLSettings(use_vllm=True))

@@ -1,0 +1,164 @@
+"""The schedule of one batch, by role: which problem a device takes next (:class:`Groups`, shared by the
+devices; :class:`DeviceQueue`, one device's groups taken ahead), the workers of the coming candidates
+started and loaded while the current one is checked (:class:`RunAhead`), and the pause of every build
+while a device times (:func:`quiet_after`). Nothing here measures: the batch wires these to the
+evaluator (cudal1.evaluator.batch)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Generic, TypeVar
+
+from cudal1.candidates import Candidate
+from cudal1.evaluator.builds import QUIET
+from cudal1.evaluator.process import WorkerProcess
+from cudal1.problems import Problem
+
+Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
+Coming = tuple[Problem, Candidate, Future]  # a candidate to get ready, with its problem's reference
+W = TypeVar("W")
+
+
+class Groups:
+    """Problems waiting for a device, ready ones first: a group whose candidates need no build (or whose
+    builds are done) is timed while others still compile, instead of the device idling behind a build."""
+
+    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
+        self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
+
+    def close(self) -> None:
+        """Nothing more is handed out (a device loop died; the others finish their current group)."""
+        with self.lock:
+            self.groups.clear()
+
+    def _ready(self, cands: list[Candidate]) -> bool:
+        return all(c.sha256 not in self.builds or self.builds[c.sha256].done() for c in cands)
+
+    def take(self, block: bool = True) -> tuple[Problem, list[Candidate]] | None:
+        """The first ready group; without ``block``, None when none is ready yet. None when all are taken."""
+        while True:
+            with self.lock:
+                if not self.groups:
+                    return None
+                for i, (_problem, cands) in enumerate(self.groups):
+                    if self._ready(cands):
+                        return self.groups.pop(i)
+                pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
+                           if c.sha256 in self.builds and not self.builds[c.sha256].done()]
+            if not block:
+                return None
+            wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+
+
+class DeviceQueue:
+    """The groups one device has taken: the current one, then those taken early (only when ready) so
+    that the next two candidates can get ready across a problem's end. Each group's reference starts
+    (``start_reference``, off the device loop) when the group is taken."""
+
+    def __init__(self, groups: Groups, start_reference: Callable[[Problem], Future]) -> None:
+        self.groups, self.start_reference = groups, start_reference
+        self.taken: deque[Group] = deque()  # after the current one
+
+    def _take(self, block: bool) -> Group | None:
+        taken = self.groups.take(block)
+        if taken is None:
+            return None
+        return taken[0], taken[1], self.start_reference(taken[0])
+
+    def next(self) -> Group | None:
+        """The next group to time: one taken early, else the next ready one (waiting for it); None at the end."""
+        return self.taken.popleft() if self.taken else self._take(block=True)
+
+    def coming(self, group: Group, i: int) -> list[Coming]:
+        """The two candidates after the group's i-th, taking the groups that are ready as needed."""
+        problem, cands, future = group
+        out = [(problem, c, future) for c in cands[i + 1:i + 3]]
+        k = 0
+        while len(out) < 2:
+            if k == len(self.taken):
+                taken = self._take(block=False)
+                if taken is None:
+                    break
+                self.taken.append(taken)
+            p, cs, f = self.taken[k]
+            out += [(p, c, f) for c in cs[:2 - len(out)]]
+            k += 1
+        return out
+
+
+def discard_worker(worker: WorkerProcess) -> None:
+    """A worker started ahead that will not be used: stopped, its directory removed."""
+    worker.close()
+    shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+
+
+class Ahead(Generic[W]):
+    """A coming candidate's worker, and its load once sent."""
+
+    def __init__(self, worker: W) -> None:
+        self.worker = worker
+        self.loaded: Future[dict] | None = None
+
+
+class RunAhead(Generic[W]):
+    """The workers of the coming candidates: started two candidates ahead (interpreter, torch, CUDA
+    context), sent their load command one candidate ahead, and the next problem's reference loaded when
+    the next candidate is of another problem. ``start`` (synchronous), ``load`` and ``load_reference``
+    (run on ``loader``) and ``discard`` are the evaluator's; ``startable`` says whether a candidate may
+    start yet (its build done, its source not statically rejected)."""
+
+    def __init__(self, start: Callable[[Problem, Candidate], W], load: Callable[[W, Future], dict],
+                 load_reference: Callable[[Future], Any], startable: Callable[[Candidate], bool],
+                 loader: Executor, discard: Callable[[Any], None] = discard_worker) -> None:
+        self.start, self.load, self.load_reference = start, load, load_reference
+        self.startable, self.loader, self.discard = startable, loader, discard
+        self.started: dict[int, Ahead[W]] = {}  # by id() of the candidate
+
+    def take(self, c: Candidate) -> Ahead[W] | None:
+        """The candidate's worker started ahead, if any; it is the caller's from now on."""
+        return self.started.pop(id(c), None)
+
+    def drop(self, c: Candidate) -> None:
+        """The candidate will not be timed (its reference failed): its worker, if started, goes."""
+        if id(c) in self.started:
+            self.discard(self.started.pop(id(c)).worker)
+
+    def clear(self) -> None:
+        """Every worker started ahead goes (before a retry alone, and at the end)."""
+        for stale in list(self.started):
+            self.discard(self.started.pop(stale).worker)
+
+    def prepare(self, upcoming: list[Coming], problem: Problem) -> list[Future]:
+        """Get ``upcoming`` (from :meth:`DeviceQueue.coming`) ready while ``problem``'s current candidate
+        runs: workers no longer coming go, the coming ones start, the first loads. Returns the loads
+        that timing must wait for."""
+        for stale in set(self.started) - {id(u[1]) for u in upcoming}:
+            self.discard(self.started.pop(stale).worker)
+        waits: list[Future] = []
+        for j, (p, u, f) in enumerate(upcoming):
+            if id(u) not in self.started and self.startable(u):
+                self.started[id(u)] = Ahead(self.start(p, u))
+            if j == 0 and id(u) in self.started:
+                ahead = self.started[id(u)]
+                ahead.loaded = self.loader.submit(self.load, ahead.worker, f)
+                waits.append(ahead.loaded)
+            if j == 0 and p is not problem:
+                waits.append(self.loader.submit(self.load_reference, f))
+        return waits
+
+
+def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[None]]:
+    """The timing context of a device loop: first the loads running ahead finish, then builds pause."""
+
+    @contextmanager
+    def quiet() -> Iterator[None]:
+        wait(waits)
+        with QUIET():
+            yield
+
+    return quiet
