@@ -200,17 +200,18 @@ def optimize_command(
         state = optimize(user_module, config, writers, settings, out_dir, command="cudal1 " + shlex.join(sys.argv[1:]),
                          log=err.log, progress=_log_evaluation)
     except (ModuleProblem, ModelFailure, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except OptimizeInterrupted as stopped:
         state = stopped.state
     rows = ranked_rows(state)
     _print_top(rows)
     for note in messages(state):
-        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
     best = next((r for r in rows if r["status"] == "ok"), None)
     err.print(f"{state.stop}. {len(rows)} candidates, {state.measured_now} measured now, {len(state.reused)} by "
-              f"earlier runs; {'best.py, ' if best else ''}candidates.parquet and report.md in {out_dir}", highlight=False)
+              f"earlier runs; {'best.py, ' if best else ''}candidates.parquet and report.md in {out_dir}", highlight=False,
+              soft_wrap=True)
     if state.interrupted:
         err.print(f"interrupted: every finished evaluation is kept in {out_dir}; run the same command to continue")
         raise typer.Exit(130)
