@@ -120,7 +120,6 @@ def optimize(module: UserModule, config: EvalConfig, writers: Sequence[CachedWri
     from cudal1.optimize.outputs import write_outputs
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     seconds = check_module(module, config)
     log(f"{module.path}: {module.model_class} builds and runs on {config.device} "
         f"({seconds * 1e3:.0f} ms for its first forward with its inputs)")
@@ -128,6 +127,7 @@ def optimize(module: UserModule, config: EvalConfig, writers: Sequence[CachedWri
         warning = writer.check()
         if warning:
             log(f"warning: {warning}")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only once the module and the models can be used
     state = RunState(module, config, list(writers), settings, out_dir, command)
     state.evaluations = _measured(state)
     if not writers:
