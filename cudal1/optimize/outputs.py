@@ -120,19 +120,22 @@ def plot_rounds(rows: list[dict[str, Any]], path: Path) -> None:
 
     ok = [r for r in rows if r["status"] == "ok" and r["speedup"] is not None]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for i, r in enumerate(sorted(ok, key=lambda r: (r["round"], r["rank"]))):
-        x = r["round"] + 0.25 * ((i % 5) - 2) / 2  # spread a round's points so they do not overlap
+    for r in ok:
+        same = [o for o in ok if o["round"] == r["round"]]
+        x = r["round"] + (0.0 if len(same) == 1 else 0.5 * (same.index(r) / (len(same) - 1) - 0.5))
         low, high = r["speedup_low"] or r["speedup"], r["speedup_high"] or r["speedup"]
         ax.errorbar([x], [r["speedup"]], yerr=[[r["speedup"] - low], [high - r["speedup"]]], fmt="o", ms=4,
                     color="#4C72B0" if r["origin"].startswith("template") else "#DD8452", capsize=2)
     rounds = sorted({r["round"] for r in rows}) or [1]
-    best, line = float("-inf"), []
     for k in rounds:
-        best = max([best] + [r["speedup"] for r in ok if r["round"] == k])
-        line.append(best if best > float("-inf") else None)
-    ax.plot(rounds, line, color="#55A868", drawstyle="steps-post", label="best so far")
+        so_far = [r for r in ok if r["round"] <= k]
+        if so_far:  # the best so far (best.py's ranking: the interval's low end), drawn across its round
+            top = max(so_far, key=lambda r: r["speedup_low"] if r["speedup_low"] is not None else r["speedup"])
+            ax.hlines(top["speedup"], k - 0.4, k + 0.4, color="#55A868",
+                      label="best so far" if k == rounds[0] else None)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="your module")
     ax.set_xticks(rounds)
+    ax.set_xlim(rounds[0] - 0.6, rounds[-1] + 0.6)
     ax.set_xlabel("round (blue: template teacher, orange: models)")
     ax.set_ylabel("speedup (x), 95% interval")
     ax.set_title(f"{len(ok)} of {len(rows)} candidates passed")
