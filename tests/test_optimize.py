@@ -46,9 +46,14 @@ def cudal1(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout, env=env)
 
 
-def test_template_rewrite_is_measurably_faster_and_the_outputs_say_how_it_was_measured(tmp_path: Path) -> None:
+def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_path: Path) -> None:
     module = read_module(write(tmp_path, "ring.py", RING))
+    # A budget spent by the first batch: the other candidate is left for the next run.
+    short = optimize(module, FAST, [], OptimizeSettings(budget_s=1.0, chunk=1), tmp_path / "out")
+    assert short.measured_now == 1 and "time budget (1 s) ran out during round 1" in short.stop
+    assert sorted(pl.read_parquet(tmp_path / "out/candidates.parquet")["status"]) == ["not_measured", "ok"]
     state = optimize(module, FAST, [], TEMPLATE_ONLY, tmp_path / "out", command="cudal1 optimize ring.py")
+    assert state.measured_now == 1 and len(state.reused) == 1  # the same command continues: nothing twice
     table = pl.read_parquet(tmp_path / "out/candidates.parquet")
     assert table["origin"].to_list()[0] == "template:inference_mode", table.select("origin", "speedup_low")
     best = table.row(0, named=True)
@@ -63,9 +68,6 @@ def test_template_rewrite_is_measurably_faster_and_the_outputs_say_how_it_was_me
     assert "![speedup by round](speedup_by_round.png)" in report and "template:inference_mode" in report
     assert (tmp_path / "out/speedup_by_round.png").read_bytes()[:4] == b"\x89PNG"
     assert NO_MODEL_HINT in state.messages and "needs a model" in state.stop
-    # The same call again continues the finished run: nothing measured twice.
-    again = optimize(module, FAST, [], TEMPLATE_ONLY, tmp_path / "out")
-    assert again.measured_now == 0 and len(again.reused) == 2
     assert len(load_evaluations(tmp_path / "out/evaluations.parquet")) == 2
 
 
@@ -196,3 +198,24 @@ def test_endpoints_failing_mid_run_end_it_with_the_measurements_kept(tmp_path: P
     table = pl.read_parquet(tmp_path / "out/candidates.parquet")
     assert set(table["origin"]) == {"template:no_grad", "template:inference_mode"}  # measured, kept
     assert set(table["status"]) == {"ok"} and (tmp_path / "out/best.py").exists()
+
+
+def test_a_trained_policy_is_used_offline_and_its_answers_are_cached(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudal1.generation.tiny_policy import build_tiny_policy
+    from cudal1.problems import load_starter_suite
+
+    monkeypatch.chdir(tmp_path)
+    cache = completion_cache(tmp_path / "out")
+    assert make_writers([], [], cache=cache) == []  # nothing trained here: the template teacher alone
+    build_tiny_policy(tmp_path / "models/contrastive_rl", [p.source for p in load_starter_suite()], vocab_size=512,
+                      hidden=64, layers=2, max_positions=4096)
+    [policy] = make_writers([], [], max_tokens=24, cache=cache)  # found where `make run` leaves it
+    assert policy.origin == "policy:contrastive_rl"
+    policy.check()
+    texts, asked = policy.answers("# Task\nWrite a faster version of the reference.", 2)
+    assert asked == 2 and len(texts) == 2 and all(isinstance(t, str) for t in texts)
+    assert policy.answers("# Task\nWrite a faster version of the reference.", 2) == (texts, 0)  # from the cache
+    [missing] = make_writers([], [], policy=str(tmp_path / "no-such-policy"), cache=cache)
+    with pytest.raises(ModelFailure, match=r"--policy .*no-such-policy: cannot load it as a transformers model"):
+        missing.check()
