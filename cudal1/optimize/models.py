@@ -167,6 +167,9 @@ def make_writers(endpoints: Sequence[str], models: Sequence[str], *, api: str = 
                  cache: CompletionCache) -> list[CachedWriter]:
     """The configured models: each ``--endpoint`` with its ``--model`` (one endpoint may serve several
     models), then the policy. With neither, the pipeline's trained policy when there is one."""
+    if api not in ("chat", "completions"):
+        raise ModelFailure(f"--api {api}: use chat (most servers) or completions (raw prompts, models without a chat "
+                           "template)")
     if len(endpoints) != len(models) and not (len(endpoints) == 1 and models):
         raise ModelFailure(f"{len(endpoints)} --endpoint and {len(models)} --model: give one --model per --endpoint "
                            "(or one --endpoint for several models)")
