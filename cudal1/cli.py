@@ -17,7 +17,7 @@ from cudal1.evaluator.config import EvalConfig
 from cudal1.problems import Problem, ProblemLoadError, load_problems
 
 app = typer.Typer(help="Train and evaluate models that make PyTorch/CUDA programs faster.", no_args_is_help=True)
-err = Console(stderr=True)
+err = Console(stderr=True, log_path=False)
 
 
 def _config(device: str, timeout_s: float | None, tolerance: float | None, trials: int | None,
@@ -144,6 +144,95 @@ def _print_table(results: list[Evaluation]) -> None:
                       "-" if e.reference_ms is None else f"{e.reference_ms:.3f}",
                       "-" if e.candidate_ms is None else f"{e.candidate_ms:.3f}", e.reason[:90])
     Console().print(table)
+
+
+@app.command("optimize")
+def optimize_command(
+    module: Annotated[Path, typer.Argument(help="your Python file: class Model, get_inputs(), get_init_inputs() as in "
+                                           "KernelBench, or name yours with --model-class and --inputs")],
+    endpoint: Annotated[list[str] | None, typer.Option(help="an OpenAI-compatible endpoint, e.g. "
+                                                        "http://127.0.0.1:8000/v1; repeat, one per --model")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="the model to ask at that --endpoint; repeatable")] = None,
+    policy: Annotated[str | None, typer.Option(help="a policy folder or hub id, sampled locally with transformers "
+                                               "(default with no --endpoint: models/contrastive_rl if trained)")] = None,
+    device: DeviceOpt = "cpu",
+    rounds: Annotated[int, typer.Option(help="rounds at most")] = 3,
+    samples: Annotated[int, typer.Option(help="answers per model per round")] = 4,
+    budget_s: Annotated[float | None, typer.Option("--budget-s", help="wall-clock budget for the run, seconds")] = None,
+    tolerance: TolOpt = None,
+    out: Annotated[Path | None, typer.Option(help="output folder (default: <module>-optimized); rerunning the "
+                                             "same command there continues the run")] = None,
+    model_class: Annotated[str | None, typer.Option("--model-class", help="your nn.Module class, if not Model")] = None,
+    inputs: Annotated[str | None, typer.Option(help="your function returning forward's arguments, if not "
+                                               "get_inputs")] = None,
+    api: Annotated[str, typer.Option(help="chat or completions: the endpoints' API")] = "chat",
+    api_key_env: Annotated[str | None, typer.Option(help="environment variable holding the endpoints' key")] = None,
+    max_tokens: Annotated[int, typer.Option(help="longest answer, in tokens")] = 4096,
+    request_timeout_s: Annotated[float, typer.Option("--request-timeout-s", help="seconds per model request")] = 300.0,
+    trials: TrialsOpt = None,
+    correctness_trials: CTrialsOpt = None,
+) -> None:
+    """Make MODULE's model faster: rounds of rewrites and model answers, each verified and timed by the
+    evaluator; writes best.py, candidates.parquet and report.md. Exit 0 done, 1 a model failed (what was
+    measured is kept), 2 unusable input, 130 interrupted (rerun to continue)."""
+    import shlex
+
+    from cudal1.optimize import (
+        ModelFailure,
+        ModuleProblem,
+        OptimizeInterrupted,
+        OptimizeSettings,
+        make_writers,
+        optimize,
+        read_module,
+    )
+    from cudal1.optimize.loop import completion_cache
+    from cudal1.optimize.outputs import messages, ranked_rows
+
+    config = _config(device, None, tolerance, trials, correctness_trials)
+    out_dir = out or Path(f"{module.stem}-optimized")
+    try:
+        settings = OptimizeSettings(rounds=rounds, samples=samples, budget_s=budget_s)
+        user_module = read_module(module, model_class, inputs)
+        writers = make_writers(endpoint or [], model or [], api=api, api_key_env=api_key_env, policy=policy,
+                               device=device, max_tokens=max_tokens, request_timeout_s=request_timeout_s,
+                               cache=completion_cache(out_dir))
+        state = optimize(user_module, config, writers, settings, out_dir, command="cudal1 " + shlex.join(sys.argv[1:]),
+                         log=err.log, progress=_log_evaluation)
+    except (ModuleProblem, ModelFailure, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except OptimizeInterrupted as stopped:
+        state = stopped.state
+    rows = ranked_rows(state)
+    _print_top(rows)
+    for note in messages(state):
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+    best = next((r for r in rows if r["status"] == "ok"), None)
+    err.print(f"{state.stop}. {len(rows)} candidates, {state.measured_now} measured now, {len(state.reused)} by "
+              f"earlier runs; {'best.py, ' if best else ''}candidates.parquet and report.md in {out_dir}", highlight=False,
+              soft_wrap=True)
+    if state.interrupted:
+        err.print(f"interrupted: every finished evaluation is kept in {out_dir}; run the same command to continue")
+        raise typer.Exit(130)
+    if state.failure:
+        raise typer.Exit(1)
+
+
+def _log_evaluation(e: Evaluation) -> None:
+    speed = "" if e.speedup is None else f" {e.speedup:.2f}x [{e.speedup_low or 0:.2f}, {e.speedup_high or 0:.2f}]"
+    err.log(f"{e.candidate_id} {e.status.value}{speed} {e.reason[:100]}", highlight=False)
+
+
+def _print_top(rows: list[dict]) -> None:
+    table = Table("rank", "round", "origin", "status", "speedup", "95% interval", "reason",
+                  title="fastest verified variants (ranked by the low end of the interval)")
+    for r in rows[:5]:
+        low, high = r["speedup_low"], r["speedup_high"]
+        table.add_row(str(r["rank"]), str(r["round"]), r["origin"], r["status"],
+                      "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                      "-" if low is None or high is None else f"{low:.2f}-{high:.2f}x", r["reason"][:60])
+    Console(width=140).print(table)
 
 
 def main() -> None:

@@ -138,7 +138,11 @@ class OpenAITeacher:
 
     def sample(self, problem: Problem, gpu: bool = False) -> Completion:
         """One completion for ``problem``; the client's errors propagate (the caller retries I/O ones)."""
-        prompt = build_prompt(problem, gpu)
+        return self.complete(build_prompt(problem, gpu))
+
+    def complete(self, prompt: str) -> Completion:
+        """One completion for any prompt that asks for a fenced program (the one-shot prompt, the
+        contrastive prompt); the client's errors propagate."""
         p = self.params
         if p.api == "chat":
             response: Any = self.client.chat.completions.create(

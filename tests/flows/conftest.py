@@ -27,6 +27,8 @@ from pipeline_helpers import (
     wait_http,
 )
 
+from cudal1.problems import load_starter_suite
+
 
 @pytest.fixture(scope="session")
 def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -72,3 +74,25 @@ def pipeline_repo(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, s
     started = time.monotonic()
     result = run_pipeline(repo, run_env)
     return {"repo": repo, "result": result, "seconds": time.monotonic() - started}
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory):
+    """`transformers serve` on a free port, serving a tiny Llama whose tokenizer was trained here; shared by
+    every test that needs a real OpenAI-compatible endpoint (teachers, `cudal1 optimize`)."""
+    from cudal1.generation.tiny_policy import build_tiny_policy
+
+    root = tmp_path_factory.mktemp("tiny-server")
+    model = build_tiny_policy(root / "model", [p.source for p in load_starter_suite()], vocab_size=512, hidden=64,
+                              layers=2, max_positions=4096)
+    port = free_port()
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(root / "hub")}
+    log = (root / "serve.log").open("w")
+    proc = subprocess.Popen([str(VENV_BIN / "transformers"), "serve", "--host", "127.0.0.1", "--port", str(port),
+                             str(model)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 180, proc)
+        yield {"base_url": f"http://127.0.0.1:{port}/v1", "model": str(model)}
+    finally:
+        stop(proc)
+        log.close()

@@ -1,15 +1,14 @@
 """Teachers: the LLM teacher against a real OpenAI-compatible server (`transformers serve` with a tiny
-model built here), the sampling loop with the real evaluator, and the template teacher's rewrites."""
+model built here: conftest.py's ``tiny_server``), the sampling loop with the real evaluator, and the
+template teacher's rewrites."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import polars as pl
 import pytest
-from pipeline_helpers import REDUCED, VENV_BIN, copy_repo, edit_params, free_port, run, stop, wait_http
+from pipeline_helpers import REDUCED, copy_repo, edit_params, run
 
 from cudal1.evaluator import EvalConfig, evaluate_many
 from cudal1.generation.augment import run_teacher
@@ -18,27 +17,6 @@ from cudal1.generation.templates import template_candidates, template_source
 from cudal1.problems import load_starter_suite
 
 FAST = EvalConfig(correctness_trials=2, timing_trials=2, target_trial_ms=10.0)
-
-
-@pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory: pytest.TempPathFactory):
-    """`transformers serve` on a free port, serving a tiny Llama whose tokenizer was trained here."""
-    from cudal1.generation.tiny_policy import build_tiny_policy
-
-    root = tmp_path_factory.mktemp("tiny-server")
-    model = build_tiny_policy(root / "model", [p.source for p in load_starter_suite()], vocab_size=512, hidden=64,
-                              layers=2, max_positions=4096)
-    port = free_port()
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(root / "hub")}
-    log = (root / "serve.log").open("w")
-    proc = subprocess.Popen([str(VENV_BIN / "transformers"), "serve", "--host", "127.0.0.1", "--port", str(port),
-                             str(model)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/health", 180, proc)
-        yield {"base_url": f"http://127.0.0.1:{port}/v1", "model": str(model)}
-    finally:
-        stop(proc)
-        log.close()
 
 
 def test_llm_teacher_samples_the_served_model_and_a_rerun_reuses_its_completions(tiny_server, run_env, tmp_path):
