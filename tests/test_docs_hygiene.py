@@ -46,7 +46,8 @@ IN_DOCS = re.compile(
 ALLOWED = re.compile(
     rf"\bown\s+{SESSION}\b"          # a worker started with setsid(): its own process session
     rf"|\b{SESSION}\s+leader\b"      # the process that leads such a session
-    rf"|scope\s*=\s*[\"']{SESSION}[\"']|\b{SESSION}[- ]scoped?\b",  # pytest's fixture scope
+    rf"|scope\s*=\s*[\"']{SESSION}[\"']|\b{SESSION}[- ]scoped?\b"  # pytest's fixture scope
+    r"|--budget-s\b|\bbudget_s\b",  # cudal1 optimize's time limit, a user's option
     re.IGNORECASE,
 )
 
@@ -100,6 +101,7 @@ def test_the_patterns_catch_what_they_should_and_allow_what_they_should() -> Non
     assert not offending_lines("README.md", f"in its own {SESSION} and process group")
     assert not offending_lines("docs/x.md", f'servers started once, `scope="{SESSION}"` ({SESSION}-scoped fixtures)')
     assert not offending_lines("docs/x.md", "the release kernels")
+    assert not offending_lines("README.md", "stops when `--budget-s S` is spent")
 
 
 def test_tracked_text_speaks_of_the_project_only() -> None:

@@ -254,7 +254,7 @@ class _DeviceLoop:
         result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device,
                           quiet=quiet_after(waits), **prepared)
         if _out_of_memory(result):
-            # Workers running ahead hold device memory too (L2-34's reference ran out in run M):
+            # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
             # once more with nothing ahead, before the failure is recorded.
             wait(waits)
             ahead.clear()
