@@ -54,6 +54,7 @@ def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypat
     assert len(list((tmp_path / FAILED).iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", FALLBACK, origin="test")
     first = evaluate_candidate(problem, candidate, FAST, extensions_root=ext_root)

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import yaml
 
+from tests.servers import VENV_BIN, free_port, stop, wait_http  # noqa: F401 - the flow tests import them from here
+
 REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 
 # The reduced run: three problems, the cheapest rewrites, two timing trials.
 REDUCED = {
@@ -23,39 +20,6 @@ REDUCED = {
                 "protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
     "evaluate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s")
-
-
-def stop(proc: subprocess.Popen, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
-    """Stop a process these tests started (by its id), escalating to SIGKILL."""
-    for sig in signals:
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                continue
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def deep_merge(base: dict, changes: dict) -> dict:
