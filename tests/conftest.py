@@ -1,9 +1,9 @@
 """Fixtures for the evaluator tests: folders the sandboxed workers can reach. When the tests run as root
 each worker runs as a fresh uid, which cannot enter pytest's tmp_path (it sits under a 0700 folder).
 
-Also the run's shared servers (tests/servers.py): the run folder is opened here by the controlling
-process before any xdist worker starts, and closed when the whole run ends; the Prefect server in it
-is started on first use, once for all workers, and serves the flow and learning tests alike."""
+Also what an xdist run shares: the run folder (tests/servers.py), opened here by the controlling process
+before any worker starts and closed when the whole run ends, with the Prefect server that all workers'
+flow and learning tests use; and the groups of tests that must share a worker (tests/scheduling.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests import servers
+from tests import scheduling, servers
 
 _RUN_DIR = pytest.StashKey[Path]()
 
@@ -29,22 +30,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         servers.close_run_dir(config.stash[_RUN_DIR])
 
 
-# Fixtures that build something expensive once and hand it to several tests, which then run in file order
-# on its state: each xdist worker would build its own copy, and the order would be lost. With
-# `--dist loadgroup` every test using one of them goes to the same worker. A module-scoped fixture is
-# grouped per module (each module builds its own).
-SHARED_SESSION_FIXTURES = ("pipeline_repo", "tiny_server")
-SHARED_MODULE_FIXTURES = ("xg_repo", "tiny_project")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for name in used.intersection(SHARED_SESSION_FIXTURES):
-            item.add_marker(pytest.mark.xdist_group(name))
-        for name in used.intersection(SHARED_MODULE_FIXTURES):
-            item.add_marker(pytest.mark.xdist_group(f"{name}:{item.module.__name__}"))
+    scheduling.record_groups(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which the GPU machine does not install
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")
