@@ -133,6 +133,7 @@ def example_batch():
 '''
 
 
+@pytest.mark.slow
 def test_a_module_in_its_own_names_runs_from_the_command_line(tmp_path: Path) -> None:
     path = write(tmp_path, "smoother.py", USER_FORM)
     with pytest.raises(ModuleProblem, match=r"no class Model; it defines classes Smoother\. .*--model-class NAME"):

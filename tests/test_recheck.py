@@ -61,6 +61,7 @@ def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path,
     assert result.speedup == min(speedups) and result.speedup < 2.0, result  # the slow program's figure
 
 
+@pytest.mark.slow
 def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) -> None:
     problems, candidates = _candidate(shared_dir, "fast slow quarter")
     (result,) = evaluate_many(problems, candidates, CONFIG)
