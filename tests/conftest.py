@@ -7,6 +7,7 @@ flow and learning tests use; and the groups of tests that must share a worker (t
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +24,14 @@ _RUN_DIR = pytest.StashKey[Path]()
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or the only process): xdist workers inherit
         config.stash[_RUN_DIR] = servers.open_run_dir()
+        workers = getattr(config.option, "numprocesses", None) or 0
+        if isinstance(workers, int) and workers > 1:
+            # Each worker's torch (and the flows it starts) would take every core for its OpenMP pool: with
+            # more threads than cores, spinning OpenMP threads slowed TRL training tenfold. The evaluator
+            # sets its own workers' threads from the protocol, whatever is set here.
+            threads = str(max(1, (os.cpu_count() or 1) // workers))
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ.setdefault(name, threads)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -13,12 +13,20 @@ from tests.servers import VENV_BIN, free_port, stop, wait_http  # noqa: F401 - t
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The reduced run: three problems, the cheapest rewrites, two timing trials.
+# The reduced run: three problems, the cheapest rewrites, two timing trials, and learning stages the size
+# of tests/learning's (a one-layer policy, a few short epochs and completions): every stage runs for real,
+# in seconds rather than minutes.
 REDUCED = {
     "problems": {"limit": 3},
     "augment": {"template": {"variants": ["baseline", "no_grad"]},
                 "protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
     "evaluate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
+    "policy": {"vocab_size": 1024, "hidden": 64, "layers": 1},
+    "sft": {"epochs": 3, "learning_rate": 0.003, "copies": 1, "prompts": {"exemplars": 1}},
+    "self_supervised": {"copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48},
+                        "finetune": {"epochs": 1}, "prompts": {"exemplars": 1}},
+    "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 3, "max_new_tokens": 48,
+                       "prompts": {"exemplars": 1}},
 }
 
 
