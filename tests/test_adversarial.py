@@ -264,6 +264,7 @@ def test_full_protocol(case: Case, config: EvalConfig, reference_sessions: Any) 
 DYNAMIC_CASES = [c for c in CASES if c.dynamic is not None]
 
 
+@pytest.mark.slow  # a second pass over every row (about a minute): test_full_protocol is the fast tier's
 @pytest.mark.parametrize("case", DYNAMIC_CASES, ids=lambda c: c.name)
 def test_dynamic_layer_alone(case: Case, config: EvalConfig, reference_sessions: Any) -> None:
     assert case.dynamic is not None

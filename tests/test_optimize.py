@@ -83,6 +83,7 @@ def interactive_sigint() -> Iterator[None]:
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("interactive_sigint")
 def test_ctrl_c_keeps_every_finished_evaluation_and_the_rerun_measures_only_the_rest(tmp_path: Path) -> None:
     conv = RING.replace("import torch.nn as nn", "import torch.nn as nn\nimport torch.nn.functional as F")

@@ -51,6 +51,7 @@ def _candidate(share: Path, modes: str) -> tuple[list, list[Candidate]]:
 CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_checks=False, recheck_above=3.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modes", ["fast slow slow"])
 def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path, modes: str) -> None:
     problems, candidates = _candidate(shared_dir, modes)
