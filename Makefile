@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup sandbox run test lint gpu-test clean
+.PHONY: setup sandbox run test check lint gpu-test clean
 
 setup: $(STAMP)
 
@@ -40,9 +40,20 @@ sandbox:
 run: setup
 	$(BIN)/python -m flows.pipeline
 
+# Three workers on two cores: many tests wait on subprocesses, servers and timeouts. loadgroup keeps the tests
+# that share an expensive fixture on one worker, in file order (tests/conftest.py marks them). docs/testing.md.
+PYTEST_WORKERS ?= 3
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
+# The whole suite (what CI runs).
 test: setup
 	$(BIN)/ruff check cudal1 flows tasks tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
+
+# The fast tier: every module, doctests and real evaluations, without the tests marked slow.
+check: setup
+	$(BIN)/ruff check cudal1 flows tasks tests benchmarks
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(XDIST)
 
 lint: setup
 	$(BIN)/ruff check cudal1 flows tasks tests benchmarks

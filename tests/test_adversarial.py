@@ -251,7 +251,12 @@ def check_verdict(case: Case, evaluation: Evaluation, allowed: frozenset[Status]
             f"{case.name}: the reason names none of {case.reason}: {shown}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+# Rows that wait out a timeout or compile C++ from a cold cache: 7-30 s each, the slow tier runs them.
+SLOW_ROWS = {"scale_shift_cpp", "crash_cpp_compile_error", "crash_import_hang", "crash_infinite_loop"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.name in SLOW_ROWS else c
+                                  for c in CASES], ids=lambda c: c.name)
 def test_full_protocol(case: Case, config: EvalConfig, reference_sessions: Any) -> None:
     check_verdict(case, evaluate(case, config, reference_sessions, static_checks=True), case.expected)
 
@@ -259,6 +264,7 @@ def test_full_protocol(case: Case, config: EvalConfig, reference_sessions: Any) 
 DYNAMIC_CASES = [c for c in CASES if c.dynamic is not None]
 
 
+@pytest.mark.slow  # a second pass over every row (about a minute): test_full_protocol is the fast tier's
 @pytest.mark.parametrize("case", DYNAMIC_CASES, ids=lambda c: c.name)
 def test_dynamic_layer_alone(case: Case, config: EvalConfig, reference_sessions: Any) -> None:
     assert case.dynamic is not None
@@ -276,7 +282,17 @@ def test_naive_harness_is_fooled(case: Case) -> None:
     result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
     assert result.correct, f"{case.name}: the naive harness was not fooled ({result.reason})"
     if case.naive_min_speedup is not None:
-        assert result.speedup >= case.naive_min_speedup, f"{case.name}: naive speed-up only {result.speedup:.2f}"
+        # The thread hacks gain only while a core is free to run their thread (10-20x then). On a machine
+        # whose cores the other test workers hold, a run can read ~1.1x; the harness is fooled whenever a
+        # core is free, so up to two more fresh runs, each of which must be fooled as well, may show it.
+        speedups = [result.speedup]
+        for _ in range(2):
+            if max(speedups) >= case.naive_min_speedup:
+                break
+            again = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
+            assert again.correct, f"{case.name}: the naive harness was not fooled ({again.reason})"
+            speedups.append(again.speedup)
+        assert max(speedups) >= case.naive_min_speedup, f"{case.name}: naive speed-ups only {speedups}"
 
 
 @pytest.mark.parametrize("stem", ["matmul", "scale_shift", "diag_matmul"])

@@ -20,6 +20,7 @@ CPP = "#include <torch/extension.h>\n// scale_shift is defined in the CUDA sourc
 UNDECLARED = fallback_program("cudal1_test_undeclared", CPP)
 
 
+@pytest.mark.slow
 def test_what_it_calls_unbuildable_the_compiler_refuses(ext_root: Path) -> None:
     """The claim is the compiler's: the evaluator builds the program for real, measures its fallback,
     and keeps both the compiler's words and the program's fault as read from its source."""

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from cudal1.candidates import Candidate, candidates_to_parquet
 from cudal1.problems import load_starter_suite
@@ -37,6 +38,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_evaluate_one_json_last_line(tmp_path: Path) -> None:
     (tmp_path / "ref.py").write_text(diag_problem().source)
     (tmp_path / "good.py").write_text(FAST_DIAG)
@@ -62,6 +64,7 @@ def test_evaluate_one_bad_arguments(tmp_path: Path) -> None:
     assert bad_device.returncode == 2 and "cpu" in bad_device.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_batch_is_resumable(tmp_path: Path) -> None:
     problem = diag_problem()
     candidates = [Candidate(problem.problem_id, FAST_DIAG, origin="test:fast"),

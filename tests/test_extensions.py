@@ -54,6 +54,7 @@ def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypat
     assert len(list((tmp_path / FAILED).iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", FALLBACK, origin="test")
     first = evaluate_candidate(problem, candidate, FAST, extensions_root=ext_root)
@@ -65,6 +66,7 @@ def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -
     assert again.status is Status.OK and "extension_build_failed" in again.flags
 
 
+@pytest.mark.slow
 def test_batch_with_loads_ahead_evaluates_each_candidate_against_its_own_problem(ext_root: Path) -> None:
     """Several problems, several candidates each, one wrong: the next candidate is loaded while the
     current one is checked, and every result belongs to the program it names."""
@@ -134,6 +136,7 @@ def _three_problems() -> tuple[list[Problem], list[Candidate]]:
                       for p in problems]
 
 
+@pytest.mark.slow
 def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Run L: the parent ran out of device memory comparing one problem's outputs, the device thread died
@@ -162,6 +165,7 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
     assert by_problem["ext-scale_shift"].status is Status.OK and by_problem["ext-min_clamp"].status is Status.OK
 
 
+@pytest.mark.slow
 def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import cudal1.evaluator.batch as batch
@@ -185,6 +189,7 @@ def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
     assert len(rest) == 2 and len(load_evaluations(path)) == 3
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_retried_with_nothing_running_ahead(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run M: L2-34's reference ran out of device memory beside the workers loaded ahead. The candidate

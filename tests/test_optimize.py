@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -46,6 +47,7 @@ def cudal1(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_path: Path) -> None:
     module = read_module(write(tmp_path, "ring.py", RING))
     # A budget spent by the first batch: the other candidate is left for the next run.
@@ -71,13 +73,31 @@ def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_
     assert len(load_evaluations(tmp_path / "out/evaluations.parquet")) == 2
 
 
+@pytest.fixture
+def interactive_sigint() -> Iterator[None]:
+    """SIGINT handled as a terminal's Python handles it (KeyboardInterrupt). A pytest started in the
+    background by a shell without job control (`cmd &` in a script, some CI runners) inherits SIGINT
+    ignored, and a Ctrl-C sent by a test would vanish."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("interactive_sigint")
 def test_ctrl_c_keeps_every_finished_evaluation_and_the_rerun_measures_only_the_rest(tmp_path: Path) -> None:
     conv = RING.replace("import torch.nn as nn", "import torch.nn as nn\nimport torch.nn.functional as F")
     conv = conv.replace("return x * 2.0", "return F.conv2d(x.view(1, 1, 8, 8), torch.ones(1, 1, 3, 3))")
     module = read_module(write(tmp_path, "ring_conv.py", conv))  # a conv: three template rewrites
 
+    sent = threading.Event()
+
     def ctrl_c_after_the_first(_evaluation) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # what a terminal sends on Ctrl-C
+        # Once: the evaluations still running land after the interrupt and call this again; a second
+        # SIGINT would hit whatever runs then (the wait below, the next test) instead of optimize.
+        if not sent.is_set():
+            sent.set()
+            os.kill(os.getpid(), signal.SIGINT)  # what a terminal sends on Ctrl-C
 
     with pytest.raises(OptimizeInterrupted) as stopped:
         optimize(module, FAST, [], TEMPLATE_ONLY, tmp_path / "out", progress=ctrl_c_after_the_first)
@@ -114,6 +134,7 @@ def example_batch():
 '''
 
 
+@pytest.mark.slow
 def test_a_module_in_its_own_names_runs_from_the_command_line(tmp_path: Path) -> None:
     path = write(tmp_path, "smoother.py", USER_FORM)
     with pytest.raises(ModuleProblem, match=r"no class Model; it defines classes Smoother\. .*--model-class NAME"):
@@ -181,6 +202,7 @@ def test_an_endpoint_that_is_down_or_not_an_api_stops_before_any_work(tmp_path: 
         make_writers([url, url], ["a"], cache=cache)
 
 
+@pytest.mark.slow
 def test_endpoints_failing_mid_run_end_it_with_the_measurements_kept(tmp_path: Path) -> None:
     """One endpoint answers completions with JSON that is no completion, the other never answers: both are
     dropped in round 1, whose template rewrites are still measured, and the run ends there."""

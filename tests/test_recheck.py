@@ -51,6 +51,7 @@ def _candidate(share: Path, modes: str) -> tuple[list, list[Candidate]]:
 CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_checks=False, recheck_above=3.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modes", ["fast slow slow"])
 def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path, modes: str) -> None:
     problems, candidates = _candidate(shared_dir, modes)
@@ -61,6 +62,7 @@ def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path,
     assert result.speedup == min(speedups) and result.speedup < 2.0, result  # the slow program's figure
 
 
+@pytest.mark.slow
 def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) -> None:
     problems, candidates = _candidate(shared_dir, "fast slow quarter")
     (result,) = evaluate_many(problems, candidates, CONFIG)

@@ -3,7 +3,8 @@ reduced params, and helpers to run the flows as the user does (``python -m flows
 
 Everything is real: the Prefect server is ``prefect server start``, the stages run through ``dvc repro``,
 MLflow writes its SQLite store inside each copy, and the evaluator measures on this CPU. The server is
-started once per session; each copy of the repository is its own git + DVC project.
+started once per test run, shared by every xdist worker (tests/conftest.py); each copy of the repository
+is its own git + DVC project.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +28,6 @@ from pipeline_helpers import (
 )
 
 from cudal1.problems import load_starter_suite
-
-
-@pytest.fixture(scope="session")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prefect-home")
-
-
-@pytest.fixture(scope="session")
-def prefect_server(prefect_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real local Prefect server on a free loopback port, for the whole session."""
-    port = free_port()
-    env = os.environ | {"PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    log = (tmp_path_factory.mktemp("logs") / "prefect-server.log").open("w")
-    proc = subprocess.Popen([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/api/health", 120, proc)
-        yield f"http://127.0.0.1:{port}/api"
-    finally:
-        stop(proc)
-        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -3,59 +3,31 @@
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+from tests.servers import VENV_BIN, free_port, stop, wait_http  # noqa: F401 - the flow tests import them from here
 
-# The reduced run: three problems, the cheapest rewrites, two timing trials.
+REPO = Path(__file__).resolve().parents[2]
+
+# The reduced run: three problems, the cheapest rewrites, two timing trials, and learning stages the size
+# of tests/learning's (a one-layer policy, a few short epochs and completions): every stage runs for real,
+# in seconds rather than minutes.
 REDUCED = {
     "problems": {"limit": 3},
     "augment": {"template": {"variants": ["baseline", "no_grad"]},
                 "protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
     "evaluate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
+    "policy": {"vocab_size": 1024, "hidden": 64, "layers": 1},
+    "sft": {"epochs": 3, "learning_rate": 0.003, "copies": 1, "prompts": {"exemplars": 1}},
+    "self_supervised": {"copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48},
+                        "finetune": {"epochs": 1}, "prompts": {"exemplars": 1}},
+    "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 3, "max_new_tokens": 48,
+                       "prompts": {"exemplars": 1}},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s")
-
-
-def stop(proc: subprocess.Popen, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
-    """Stop a process these tests started (by its id), escalating to SIGKILL."""
-    for sig in signals:
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                continue
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def deep_merge(base: dict, changes: dict) -> dict:

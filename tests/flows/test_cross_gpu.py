@@ -21,6 +21,8 @@ from pipeline_helpers import VENV_BIN, copy_repo, edit_params, run, stop
 
 POOLS = [{"name": "gpu-a100", "gpu_kind": "A100", "devices": "cpu"},
          {"name": "gpu-h100", "gpu_kind": "H100", "devices": "cpu"}]
+pytestmark = pytest.mark.slow  # workers, deployments and three evaluations per pool: about 2 minutes
+
 NO_WORKER = {"name": "gpu-l40", "gpu_kind": "L40", "devices": "cpu"}
 PROTOCOL = {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}
 

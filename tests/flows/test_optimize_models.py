@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from cudal1.optimize import OptimizeSettings, make_writers, optimize, read_module
 from cudal1.optimize.loop import completion_cache
@@ -21,6 +22,7 @@ def _run(tiny_server: dict, module_path: Path, out: Path):
     return optimize(read_module(module_path), FAST, writers, OptimizeSettings(rounds=2, samples=2), out)
 
 
+@pytest.mark.slow
 def test_round_one_measurements_reach_round_two_prompt_and_a_rerun_asks_and_measures_nothing(
         tiny_server: dict, tmp_path: Path) -> None:
     module_path = tmp_path / "ring.py"

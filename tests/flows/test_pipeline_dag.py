@@ -10,8 +10,11 @@ import sys
 import time
 
 import polars as pl
+import pytest
 import yaml
 from pipeline_helpers import edit_params, run, run_pipeline
+
+pytestmark = pytest.mark.slow  # the fixture runs the whole reduced pipeline (about 2 minutes)
 
 STAGES = ("problems", "augment", "evaluate", "report", "policy", "sft", "self_supervised", "contrastive_rl")
 

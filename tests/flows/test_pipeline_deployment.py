@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import yaml
 from pipeline_helpers import REPO, VENV_BIN, edit_params, run, stop
 
@@ -20,6 +21,7 @@ def test_prefect_yaml_declares_the_scheduled_pipeline_and_the_evaluate_deploymen
     assert by_name["evaluate-gpu"]["entrypoint"] == "flows.evaluate.evaluate_flow"
 
 
+@pytest.mark.slow
 def test_a_worker_runs_the_pipeline_deployment(pipeline_repo, run_env, tmp_path):
     repo = pipeline_repo["repo"]
     assert pipeline_repo["result"].returncode == 0

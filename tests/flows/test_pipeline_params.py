@@ -29,6 +29,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
+@pytest.mark.slow
 def test_bad_params_stop_the_pipeline_and_keep_every_output(case, pipeline_repo, run_env):
     repo: Path = pipeline_repo["repo"]
     assert pipeline_repo["result"].returncode == 0

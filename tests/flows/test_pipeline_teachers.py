@@ -19,6 +19,7 @@ from cudal1.problems import load_starter_suite
 FAST = EvalConfig(correctness_trials=2, timing_trials=2, target_trial_ms=10.0)
 
 
+@pytest.mark.slow
 def test_llm_teacher_samples_the_served_model_and_a_rerun_reuses_its_completions(tiny_server, run_env, tmp_path):
     repo = copy_repo(tmp_path)
     teacher = {"name": "tiny", "base_url": tiny_server["base_url"], "model": tiny_server["model"],

@@ -1,6 +1,6 @@
-"""Fixtures of the learning-stage tests: a tiny project folder (params, problems, corpus) and one Prefect
-test harness per session. Everything is real: TRL trains tiny Llamas on this CPU and the evaluator runs
-the candidates."""
+"""Fixtures of the learning-stage tests: a tiny project folder (params, problems, corpus) and the run's
+shared real Prefect server (tests/conftest.py). Everything is real: TRL trains tiny Llamas on this CPU and
+the evaluator runs the candidates."""
 
 from __future__ import annotations
 
@@ -65,8 +65,9 @@ def tiny_project(tmp_path_factory: pytest.TempPathFactory, problems) -> Path:
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(prefect_server: str) -> Iterator[None]:
+    """The flows of these tests run in this process, as clients of the run's shared Prefect server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with temporary_settings({PREFECT_API_URL: prefect_server}):
         yield

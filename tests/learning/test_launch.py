@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cudal1.generation.tiny_policy import build_tiny_policy
@@ -23,6 +24,7 @@ def test_accelerate_configs_parse():
         assert data["num_processes"] >= 1
 
 
+@pytest.mark.slow
 def test_sft_under_accelerate_launch(tiny_project, problems):
     build_tiny_policy(tiny_project / "models/policy",
                       tokenizer_texts(problems, load_corpus(tiny_project / "data/augment/corpus.parquet")),

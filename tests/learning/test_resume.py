@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from learning_helpers import light_protocol
 
 from cudal1.generation.templates import template_source
@@ -20,6 +21,7 @@ from cudal1.training.settings import FinetuneSettings, PromptSettings, RLSetting
 NO_EXEMPLARS = PromptSettings(exemplars=0)
 
 
+@pytest.mark.slow
 def test_resumed_rl_reuses_the_pool(problems, tmp_path):
     p = problems[0]
     program = template_source(p, "no_grad")

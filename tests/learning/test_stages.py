@@ -29,6 +29,9 @@ def test_policy_stage(tiny_project):
     assert found and found[0].info.status == "FINISHED"
 
 
+# The stages after the policy train and sample in a chain of about 15 s (serial, idle machine): the slow
+# tier. The policy stage keeps a real flow on the shared Prefect server in the fast tier.
+@pytest.mark.slow
 def test_sft_stage(tiny_project):
     from flows.sft import sft_flow
 
@@ -41,6 +44,7 @@ def test_sft_stage(tiny_project):
     assert len(client.get_metric_history(found[0].info.run_id, "sft_loss")) == summary["steps"]
 
 
+@pytest.mark.slow
 def test_self_supervised_stage(tiny_project):
     from flows.self_supervised import self_supervised_flow
 
@@ -52,6 +56,7 @@ def test_self_supervised_stage(tiny_project):
     assert (tiny_project / "models/self_supervised/rounds/round-0/config.json").exists()
 
 
+@pytest.mark.slow
 def test_contrastive_rl_stage_and_its_resume(tiny_project):
     from cudal1.pool import CandidatePool
     from flows.contrastive_rl import contrastive_rl_flow

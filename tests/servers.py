@@ -1,0 +1,141 @@
+"""Servers shared by every process of one test run (pytest-xdist workers included): one real Prefect
+server, started by the first process that asks for it and stopped when the run ends.
+
+How the processes find each other: the controlling pytest process (the only one without xdist) makes a
+run folder in ``pytest_configure`` and exports its path in ``CUDAL1_TEST_RUN_DIR``; xdist workers are
+started after that and inherit it. A worker that needs the server takes a file lock in that folder,
+starts the server if no one has, and writes its URL and pid there; the others read them. The controller
+stops the server by that pid in ``pytest_unconfigure``, after every worker has finished.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from filelock import FileLock
+
+RUN_DIR_ENV = "CUDAL1_TEST_RUN_DIR"
+VENV_BIN = Path(sys.executable).parent
+
+# One SQLite file behind one server, written to by every worker's flows at once: a statement may wait for
+# the write lock far longer than Prefect's 10 s default on a loaded 2-core machine.
+PREFECT_SERVER_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_DATABASE_TIMEOUT": "60",
+    "PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT": "60",
+}
+
+_started: list[subprocess.Popen] = []  # servers this process started (kept so they are not garbage)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def stop(proc: subprocess.Popen, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+    """Stop a process these tests started (by its id), escalating to SIGKILL."""
+    for sig in signals:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def open_run_dir() -> Path:
+    """Called once, by the controlling process: the folder every process of this run shares."""
+    path = Path(tempfile.mkdtemp(prefix="cudal1-test-run-"))
+    os.environ[RUN_DIR_ENV] = str(path)
+    return path
+
+
+def run_dir() -> Path:
+    path = os.environ.get(RUN_DIR_ENV)
+    if not path:  # imported outside a pytest run that went through tests/conftest.py
+        path = str(open_run_dir())
+    return Path(path)
+
+
+def prefect_home() -> Path:
+    home = run_dir() / "prefect-home"
+    home.mkdir(exist_ok=True)
+    return home
+
+
+def prefect_server_url() -> str:
+    """The run's Prefect server (``.../api``), started here if no process of this run has started it."""
+    folder = run_dir()
+    url_file = folder / "prefect.url"
+    with FileLock(str(folder / "prefect.lock")):
+        if url_file.exists():
+            url = url_file.read_text()
+            wait_http(f"{url}/health", 120)  # it answered once; a dead server must fail loudly here
+            return url
+        port = free_port()
+        env = os.environ | PREFECT_SERVER_ENV | {"PREFECT_HOME": str(prefect_home())}
+        env.pop("PREFECT_API_URL", None)
+        log = (folder / "prefect-server.log").open("w")
+        proc = subprocess.Popen([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()  # the child holds its own copy
+        _started.append(proc)
+        (folder / "prefect.pid").write_text(str(proc.pid))
+        url = f"http://127.0.0.1:{port}/api"
+        wait_http(f"{url}/health", 120, proc)
+        url_file.write_text(url)
+        return url
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs. An orphaned server that exited may linger as a zombie: that counts as gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def close_run_dir(path: Path) -> None:
+    """Called once, by the controlling process after every worker ended: stop the server, remove the folder."""
+    pid_file = path / "prefect.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        own = [p for p in _started if p.pid == pid]
+        if own:  # started by this very process (a run without xdist): it can wait for its child
+            stop(own[0])
+        elif _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,47 @@
+"""Every module of the project imports, and the core stays free of the pipeline's stack. Cheap, so the fast
+tier (`make check`) touches every module even where its behaviour is only tested in the slow tier."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _modules(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    return [package] + sorted(m.name for m in pkgutil.walk_packages(root.__path__, f"{package}."))
+
+
+ALL = [name for package in ("cudal1", "flows", "tasks") for name in _modules(package)]
+
+
+def test_every_package_is_listed() -> None:
+    """The walk found the modules on disk: a package missing its __init__ or a broken walk would pass below."""
+    on_disk = {p.stem for package in ("cudal1", "flows", "tasks") for p in (REPO / package).glob("*.py")}
+    assert {name.rsplit(".", 1)[-1] for name in ALL} >= on_disk - {"__init__"}
+    assert {"cudal1.evaluator.core", "flows.pipeline", "tasks.tracking"} <= set(ALL)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_module_imports(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__name__ == name and module.__file__ is not None
+
+
+def test_the_core_imports_no_prefect_mlflow_or_dvc() -> None:
+    """cudal1/ runs on the GPU machine with torch alone: importing all of it must not pull in the pipeline's
+    tools. A fresh interpreter, since this one has imported them for the flows."""
+    core = [name for name in ALL if name.split(".")[0] == "cudal1"]
+    code = ("import importlib, sys\n"
+            f"for name in {core!r}:\n    importlib.import_module(name)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'prefect', 'mlflow', 'dvc'}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
