@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -235,7 +236,7 @@ def _print_top(rows: list[dict]) -> None:
     Console(width=140).print(table)
 
 
-def _registry(repo: Path):  # noqa: ANN202 - a module
+def _registry(repo: Path) -> ModuleType:
     """The MLflow side of the registry lives beside the flows (``tasks/registry.py``; the core never imports
     MLflow): loaded from the checkout this package was installed from (``make setup`` installs it editable),
     else from ``repo``."""

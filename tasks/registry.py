@@ -69,7 +69,7 @@ def log_policy_model_task(run_id: str, policy_dir: str, repo_root: str, params: 
     info = Model.log(
         artifact_path=None, name="policy", flavor=mlflow.pyfunc, run_id=run_id, python_model=str(LOADER),
         artifacts={"policy": str(policy_dir)}, model_config={"max_new_tokens": 160},
-        # Listed, not inferred: inference imports and runs the model, which is slow and needs no list here.
+        # Listed, not inferred (inference imports and runs the model); cudal1 is installed from this repository.
         pip_requirements=["cudal1", "torch", "transformers"], params={k: v[:5000] for k, v in model_params.items()},
         model_type="policy",
     )
@@ -168,5 +168,8 @@ def log_policy(run: Any, params: Mapping[str, Any], policy_dir: str | Path, metr
     if not (Path(policy_dir) / "config.json").is_file():
         run.log_artifacts([Path(policy_dir)], artifact_path="policy")
         return None
+    # The run's own artifacts show what was trained (the model files live with the logged model).
+    run.log_artifacts([f for f in Path(policy_dir).glob("*.json") if f.stat().st_size < 1_000_000],
+                      artifact_path="policy")
     data = data_versions(run.repo_root, inputs)
     return log_policy_model_task(run.run_id, str(policy_dir), run.repo_root, dict(params), dict(metrics), data)

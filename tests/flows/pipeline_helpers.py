@@ -22,6 +22,7 @@ REDUCED = {
     "augment": {"template": {"variants": ["baseline", "no_grad"]},
                 "protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
     "evaluate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
+    "gate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
 }
 
 
