@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--stage", default="contrastive_rl", help="compare this stage's runs (the last four)")
     parser.add_argument("--experiment", default="cudal1")
     parser.add_argument("--browser", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
-    parser.add_argument("--size", default="1600,1100", help="window width,height in pixels")
+    parser.add_argument("--size", default="1600,1600", help="window width,height in pixels")
     args = parser.parse_args()
     repo = args.repo.resolve()
     port = free_port()
