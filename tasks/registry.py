@@ -7,7 +7,9 @@ DVC hashes of its input files, read from ``dvc.lock``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,26 @@ def data_versions(repo_root: str | Path, paths: Sequence[str | Path]) -> dict[st
     return found
 
 
+@contextmanager
+def _fluent_store(repo_root: str | Path) -> Iterator[None]:
+    """MLflow's fluent calls (``Model.log``, ``register_model``, ``pyfunc.load_model``) aimed at the store of
+    ``repo_root``. ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into the environment,
+    which ``tracking_uri`` reads first: both are put back, or one project's store would capture the next."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    env, before = os.environ.get("MLFLOW_TRACKING_URI"), utils._tracking_uri
+    mlflow.set_tracking_uri(tracking_uri(repo_root))
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)
+        if env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env
+
+
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in flatten(metrics).items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
@@ -58,28 +80,34 @@ def log_policy_model_task(run_id: str, policy_dir: str, repo_root: str, params: 
     """Log ``policy_dir`` as the run's model ``policy`` with the stage's params, the data versions (as model
     params ``data.<path>`` and as run tags) and its metrics. Returns the model's URI (``models:/m-...``)."""
     import mlflow
-    from mlflow.models import Model
 
     client = _client(repo_root)
-    mlflow.set_tracking_uri(tracking_uri(repo_root))
-    # Model.log creates the logged model in the current experiment: make it the run's.
-    mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
+    with _fluent_store(repo_root):
+        # Model.log creates the logged model in the current experiment: make it the run's.
+        mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
+        info = _log_model(run_id, policy_dir, params, data)
+        numbers = _numbers(metrics)
+        if numbers:
+            mlflow.log_metrics(numbers, model_id=info.model_id, run_id=run_id)
+    from mlflow.entities import RunTag
+
+    client.log_batch(run_id, tags=[RunTag(f"data.{path}", digest) for path, digest in data.items()])
+    return info.model_uri
+
+
+def _log_model(run_id: str, policy_dir: str, params: dict[str, Any], data: dict[str, str]) -> Any:
+    import mlflow
+    from mlflow.models import Model
+
     model_params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in flatten(params).items()}
     model_params |= {f"data.{path}": digest for path, digest in data.items()}
-    info = Model.log(
+    return Model.log(
         artifact_path=None, name="policy", flavor=mlflow.pyfunc, run_id=run_id, python_model=str(LOADER),
         artifacts={"policy": str(policy_dir)}, model_config={"max_new_tokens": 160},
         # Listed, not inferred (inference imports and runs the model); cudal1 is installed from this repository.
         pip_requirements=["cudal1", "torch", "transformers"], params={k: v[:5000] for k, v in model_params.items()},
         model_type="policy",
     )
-    numbers = _numbers(metrics)
-    if numbers:
-        mlflow.log_metrics(numbers, model_id=info.model_id, run_id=run_id)
-    from mlflow.entities import RunTag
-
-    client.log_batch(run_id, tags=[RunTag(f"data.{path}", digest) for path, digest in data.items()])
-    return info.model_uri
 
 
 @task(**_RETRY)
@@ -95,8 +123,8 @@ def register_policy_task(model_uri: str, name: str, repo_root: str, tags: dict[s
     except MlflowException as exc:  # it exists already: the usual case
         if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
             raise
-    mlflow.set_tracking_uri(tracking_uri(repo_root))
-    version = mlflow.register_model(model_uri, name, tags=tags)
+    with _fluent_store(repo_root):
+        version = mlflow.register_model(model_uri, name, tags=tags)
     return str(version.version)
 
 
@@ -135,8 +163,8 @@ def load_policy_version(repo_root: str, name: str, version: str) -> Any:
     """The version's pyfunc model, through its own loader (``PolicyModel``): what a user of the registry gets."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri(repo_root))
-    return mlflow.pyfunc.load_model(f"models:/{name}/{version}").unwrap_python_model()
+    with _fluent_store(repo_root):
+        return mlflow.pyfunc.load_model(f"models:/{name}/{version}").unwrap_python_model()
 
 
 def list_versions(repo_root: str | Path, name: str | None = None) -> list[dict[str, Any]]:
@@ -166,10 +194,11 @@ def log_policy(run: Any, params: Mapping[str, Any], policy_dir: str | Path, metr
     stage's params, the data versions of ``inputs`` and ``metrics``. A policy stage that only names a hub
     model has no folder to log (its pointer file is logged as an artifact instead): returns None then."""
     if not (Path(policy_dir) / "config.json").is_file():
-        run.log_artifacts([Path(policy_dir)], artifact_path="policy")
+        run.log_artifacts([Path(policy_dir)], artifact_path="policy_config")
         return None
-    # The run's own artifacts show what was trained (the model files live with the logged model).
+    # The run's own artifacts show what was trained (the model files live with the logged model). Not under
+    # "policy": MLflow 3 resolves runs:/<id>/policy to the logged model of that name, not to the folder.
     run.log_artifacts([f for f in Path(policy_dir).glob("*.json") if f.stat().st_size < 1_000_000],
-                      artifact_path="policy")
+                      artifact_path="policy_config")
     data = data_versions(run.repo_root, inputs)
     return log_policy_model_task(run.run_id, str(policy_dir), run.repo_root, dict(params), dict(metrics), data)
