@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -233,6 +234,57 @@ def _print_top(rows: list[dict]) -> None:
                       "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                       "-" if low is None or high is None else f"{low:.2f}-{high:.2f}x", r["reason"][:60])
     Console(width=140).print(table)
+
+
+def _registry(repo: Path) -> ModuleType:
+    """The MLflow side of the registry lives beside the flows (``tasks/registry.py``; the core never imports
+    MLflow): loaded from the checkout this package was installed from (``make setup`` installs it editable),
+    else from ``repo``."""
+    import importlib
+
+    for root in (Path(__file__).resolve().parents[1], repo.resolve()):
+        if (root / "tasks" / "registry.py").is_file():
+            sys.path.insert(0, str(root))
+            return importlib.import_module("tasks.registry")
+    raise typer.BadParameter(f"--repo {repo}: not a cudal1 checkout (no tasks/registry.py there)")
+
+
+def _figure(value: object) -> str:
+    try:
+        return f"{float(str(value)):.3g}"
+    except ValueError:
+        return "-"
+
+
+@app.command("models")
+def models_command(
+    repo: Annotated[Path, typer.Option(help="the checkout whose MLflow store to read (MLFLOW_TRACKING_URI wins)")]
+    = Path("."),
+    name: Annotated[str | None, typer.Option(help="one registered model (default: all)")] = None,
+    set_champion: Annotated[int | None, typer.Option("--set-champion", help="move the `champion` alias to this "
+                                                     "version of --name by hand (a rollback)")] = None,
+) -> None:
+    """Registered policy versions: aliases (`champion` is the one in use), the gate's decision and figures
+    (success rate and mean speedup on its problems) and the last RL epoch's figures."""
+    registry = _registry(repo)
+    if set_champion is not None:
+        if not name:
+            raise typer.BadParameter("--set-champion needs --name (the registered model)")
+        registry.set_alias_task.fn(str(repo.resolve()), name, str(set_champion))
+        err.print(f"{name}: `champion` -> version {set_champion}")
+    rows = registry.list_versions(repo, name)
+    if not rows:
+        err.print("no registered model yet: the contrastive_rl stage registers one (`make run`)")
+        return
+    table = Table("model", "version", "aliases", "gate", "success", "mean speedup", "vs", "RL success",
+                  "RL median speedup", "created (UTC)", title="registered policies")
+    for r in rows:
+        tags, metrics = r["tags"], r["metrics"]
+        table.add_row(r["name"], str(r["version"]), ", ".join(r["aliases"]) or "-", tags.get("gate.decision", "-"),
+                      _figure(tags.get("gate.new.success_rate")), _figure(tags.get("gate.new.mean_speedup")),
+                      tags.get("gate.compared_with", "-"), _figure(metrics.get("rl.success_rate")),
+                      _figure(metrics.get("rl.median_speedup")), r["created"])
+    Console(width=160).print(table)
 
 
 def main() -> None:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cudal1.evaluator.config import EvalConfig
+from cudal1.gate import Margin
 from cudal1.training.params import ContrastiveRLParams, PolicyParams, SelfSupervisedParams, SFTParams
+from cudal1.training.settings import PromptSettings
 
 
 class ParamsError(ValueError):
@@ -178,6 +180,32 @@ class CrossGpuParams:
             raise ValueError("wait_timeout_s and poll_s must be positive")
 
 
+@dataclass(frozen=True)
+class GateParams:
+    """The promotion gate (flows/gate.py): the version contrastive_rl registered against the one holding
+    ``alias``, each writing one program per problem for the same prompts, all measured under ``protocol``."""
+
+    problems: str = "data/problems/problems.parquet"
+    corpus: str = "data/augment/corpus.parquet"  # exemplars of the prompts (one fixed draw, shared by both)
+    registration: str = "data/contrastive_rl/registered.json"  # which version contrastive_rl registered
+    alias: str = "champion"
+    prompts: PromptSettings = field(default_factory=PromptSettings)
+    seed: int = 0
+    samples: int = 1  # programs per problem and version (temperature 0: greedy, one is enough)
+    temperature: float = 0.0
+    max_new_tokens: int = 160
+    margin: Margin = field(default_factory=Margin)
+    devices: tuple[str, ...] = ("cpu",)
+    protocol: EvalConfig = field(default_factory=EvalConfig)
+    measurements_cache: str = "data/cache/gate-measurements.parquet"
+    out_dir: str = "data/gate"  # candidates.parquet, evaluations.parquet: both versions' programs
+    metrics: str = "reports/gate.json"  # the decision and its figures (`dvc metrics show`)
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or self.max_new_tokens < 1:
+            raise ValueError("samples and max_new_tokens must be at least 1")
+
+
 SECTIONS: dict[str, type] = {
     "problems": ProblemsParams,
     "augment": AugmentParams,
@@ -189,6 +217,7 @@ SECTIONS: dict[str, type] = {
     "sft": SFTParams,
     "self_supervised": SelfSupervisedParams,
     "contrastive_rl": ContrastiveRLParams,
+    "gate": GateParams,
 }
 
 
@@ -329,7 +358,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 # Keys that hold file or folder paths, in any section: resolved against the params file's folder here, the
 # one place a stage's paths are resolved (flows and tasks use them as they come).
 _PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache",
-              "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots")
+              "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots", "metrics",
+              "registration")
 
 
 def _resolve_paths(params: Any, root: Path) -> Any:

@@ -227,3 +227,30 @@ def plot_levels(report: Report, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_series(rows: Sequence[dict[str, Any]], x: str, ys: Sequence[str], path: str | Path, title: str) -> Path:
+    """One line per column in ``ys`` against ``x`` (SFT loss per step, RL reward per epoch); rows missing a
+    value (or holding NaN) leave a gap instead of failing the stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for column in ys:
+        points = [(float(r[x]), float(r[column])) for r in rows
+                  if r.get(column) not in (None, "") and math.isfinite(float(r[column]))]
+        if points:
+            ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, label=column)
+    ax.set_xlabel(x)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -44,6 +44,22 @@ def run_name(stage: str, describe: Callable[[Any], str]) -> Callable[[], str]:
     return name
 
 
+def policy_label(params_path: str | Path) -> str:
+    """The base model of the learning stages, for run names: ``tiny 4x256`` or the hub id / folder."""
+    from cudal1.config import load_params
+
+    try:
+        p = load_params(params_path, "policy")
+    except ParamsError:
+        return "policy"
+    return f"tiny {p.layers}x{p.hidden}" if p.is_tiny else str(p.model)
+
+
+def teachers_label(template: bool, names: list[str]) -> str:
+    """Who wrote the candidates of augment/evaluate, for run names: ``template + gpt``."""
+    return " + ".join((["template"] if template else []) + names) or "no teachers"
+
+
 def main(flow: Callable[..., Any], description: str) -> None:
     """``python -m flows.<stage> [--params PATH]``: run the flow; a settings mistake exits 2 with its
     message on the last line, where a person (or DVC's log) sees it first."""

@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger
 from cudal1.config import AugmentParams, load_params, params_dict
 from cudal1.generation.augment import CompletionCache, corpus_rows, run_teacher
 from cudal1.generation.teachers import extract_program
-from flows._common import main, repo_root, run_name
+from flows._common import main, repo_root, run_name, teachers_label
 from tasks.evaluation import evaluate_candidates
 from tasks.generation import check_teacher_task, teacher_sampler, template_candidates_task
 from tasks.io import read_problems_task, write_candidates_task, write_corpus_task, write_evaluations_task
@@ -36,6 +36,7 @@ def augment_flow(params_path: str = "params.yaml") -> int:
     root = repo_root(params_path)
     with stage_run("augment", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
+        run.name(problems=len(problems), model=teachers_label(params.template.enabled, [t.name for t in params.teachers]))
         # Every endpoint answers before any evaluation starts: a typo costs seconds, not an hour.
         for i, teacher in enumerate(params.teachers):
             check_teacher_task(teacher, f"augment.teachers[{i}]")
@@ -59,6 +60,8 @@ def augment_flow(params_path: str = "params.yaml") -> int:
         write_candidates_task(candidates, str(out / "candidates.parquet"))
         write_evaluations_task(evaluations, str(out / "evaluations.parquet"))
         write_corpus_task(corpus, str(out / "corpus.parquet"))
+        run.log_artifacts([out / "candidates.parquet", out / "evaluations.parquet", out / "corpus.parquet"],
+                          artifact_path="tables")
         statuses = Counter(e.status.value for e in evaluations)
         by_origin = Counter(row["origin"] for row in corpus)
         logger.info(f"{len(candidates)} candidates, statuses {dict(statuses)}; corpus {len(corpus)} rows")

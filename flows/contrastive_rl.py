@@ -7,13 +7,17 @@ finished epoch and never re-evaluates a program the pool already holds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger
 
 from cudal1.config import load_params, params_dict
+from cudal1.reports import plot_series
 from cudal1.training.params import ContrastiveRLParams
-from flows._common import main, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import contrastive_rl_task, write_plot_csv
+from tasks.learning import contrastive_rl_task, last_epoch_metrics, write_metrics_task, write_plot_csv
+from tasks.registry import REGISTRATION, log_policy, register_policy_task, write_registration
 from tasks.tracking import stage_run
 
 COLUMNS = ["epoch", "mean_reward", "max_reward", "success_rate", "mean_speedup", "median_speedup", "max_speedup",
@@ -31,14 +35,29 @@ def contrastive_rl_flow(params_path: str = "params.yaml") -> list:
     root = repo_root(params_path)
     with stage_run("contrastive_rl", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
+        run.name(problems=len(problems), model=policy_label(params_path))
         epochs = contrastive_rl_task(params, problems, run.run_id, str(root))
         write_plot_csv(epochs, params.plots, COLUMNS)
         for e in epochs:
             get_run_logger().info(f"epoch {int(e['epoch'])}: mean reward {e['mean_reward']:.3f}, success "
                                   f"{e['success_rate']:.2f}, median speedup {e['median_speedup']:.3f}")
+        last = last_epoch_metrics(epochs)
+        write_metrics_task(last, params.metrics)
         if epochs:
             run.log_metrics({"first_epoch_mean_reward": epochs[0]["mean_reward"],
                              "last_epoch_mean_reward": epochs[-1]["mean_reward"]})
+        png = plot_series(epochs, "epoch", ["mean_reward", "success_rate", "median_speedup"],
+                          Path(params.plots).with_suffix(".png"), "Contrastive RL per epoch")
+        data = Path(params.data_dir)
+        run.log_artifacts([params.plots, png, params.metrics], artifact_path="plots")
+        run.log_artifacts([data / "candidates.parquet", data / "pool.parquet"], artifact_path="tables")
+        uri = log_policy(run, params_dict(params), params.out_dir, last,
+                         [params.problems, params.pool, params.policy])
+        if uri is not None:
+            version = register_policy_task(uri, params.registered_model, str(root), {"stage": "contrastive_rl"})
+            write_registration(data / REGISTRATION, params.registered_model, version, uri)
+            run.set_tags({"registered_model": params.registered_model, "registered_version": version})
+            get_run_logger().info(f"policy registered as {params.registered_model} version {version}")
     return epochs
 
 

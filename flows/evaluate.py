@@ -8,6 +8,7 @@ are, so evaluating the augment stage's candidates with the augment protocol cost
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from prefect import flow, get_run_logger
 
@@ -30,11 +31,14 @@ def evaluate_flow(params_path: str = "params.yaml") -> int:
     with stage_run("evaluate", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         candidates = read_candidates_task(params.candidates)
+        # The "model" of an evaluation is whoever wrote the candidates: the stage whose table it reads.
+        run.name(problems=len(problems), model=f"{len(candidates)} candidates of {Path(params.candidates).parent.name}")
         reused = seed_measurements_task(cache_path(params.measurements_cache), params.reuse)
         logger.info(f"{len(candidates)} candidates from {params.candidates}; {reused} earlier rows offered for reuse")
         evaluations = evaluate_candidates(problems, candidates, params.protocol, params.devices,
                                           params.measurements_cache, label="evaluate")
         write_evaluations_task(evaluations, params.out)
+        run.log_artifacts([params.candidates, params.out], artifact_path="tables")
         statuses = Counter(e.status.value for e in evaluations)
         speedups = [e.speedup for e in evaluations if e.ok and e.speedup is not None]
         logger.info(f"{len(evaluations)} evaluations -> {params.out}; statuses {dict(statuses)}")

@@ -146,6 +146,12 @@ def pipeline_flow(repo: str = ".", targets: list[str] | None = None, force: bool
         metrics = root / "reports" / "metrics.json"
         if metrics.is_file():
             run.log_metrics(json.loads(metrics.read_text()))
+        gate = root / "reports" / "gate.json"
+        if "gate" in stages and gate.is_file():  # the retraining's outcome, in this run's log and metrics
+            decision = json.loads(gate.read_text())
+            run.log_metrics(decision)
+            logger.info(f"gate: {'promoted' if decision['gate']['promoted'] else 'kept out'} the new policy version "
+                        "(its figures: reports/gate.json; `cudal1 models` lists the versions)")
         run.log_artifacts([root / "dvc.lock", root / "params.yaml", root / "reports" / "report.md"])
     return stages
 

@@ -9,9 +9,10 @@ from prefect import flow, get_run_logger
 
 from cudal1.config import load_params, params_dict
 from cudal1.training.params import PolicyParams
-from flows._common import main, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name
 from tasks.io import read_problems_task
 from tasks.learning import build_policy_task, read_corpus_task
+from tasks.registry import log_policy
 from tasks.tracking import stage_run
 
 
@@ -26,9 +27,12 @@ def policy_flow(params_path: str = "params.yaml") -> dict:
     with stage_run("policy", params_dict(params), root) as run:
         problems = read_problems_task(params.problems) if params.is_tiny else []
         corpus = read_corpus_task(params.corpus) if params.is_tiny else []
+        run.name(problems=len(problems) if params.is_tiny else None, model=policy_label(params_path))
         built = build_policy_task(params, problems, corpus)
         get_run_logger().info(f"policy -> {params.out_dir}: {built}")
-        run.log_metrics({k: v for k, v in built.items() if isinstance(v, int | float)})
+        numbers = {k: v for k, v in built.items() if isinstance(v, int | float)}
+        run.log_metrics(numbers)
+        log_policy(run, params_dict(params), params.out_dir, numbers, [params.problems, params.corpus])
     return built
 
 

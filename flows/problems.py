@@ -25,6 +25,8 @@ def problems_flow(params_path: str = "params.yaml") -> int:
     with stage_run("problems", params_dict(params), root) as run:
         problems = load_suites_task(params)
         write_problems_task(problems, params.out)
+        run.name(problems=len(problems))
+        run.log_artifacts([params.out], artifact_path="tables")
         levels = Counter(p.level for p in problems)
         get_run_logger().info(f"{len(problems)} problems ({dict(sorted(levels.items()))} by level) -> {params.out}")
         run.log_metrics({"problems": len(problems), "levels": {f"level{k}": v for k, v in levels.items()}})

@@ -30,6 +30,7 @@ def report_flow(params_path: str = "params.yaml") -> dict:
         problems = read_problems_task(params.problems)
         candidates = read_candidates_task(params.candidates)
         evaluations = read_evaluations_task(params.evaluations)
+        run.name(problems=len(problems))
         report = build_report(problems, candidates, evaluations, params.threshold)
         paths = write_report_task(report, params.out_dir, params.title)
         o = report.overall

@@ -5,11 +5,13 @@ samples of each round under ``data/self_supervised/``, each round's policy under
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger
 
 from cudal1.config import load_params, params_dict
 from cudal1.training.params import SelfSupervisedParams
-from flows._common import main, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name
 from tasks.io import read_problems_task
 from tasks.learning import (
     SeriesBuffer,
@@ -18,6 +20,7 @@ from tasks.learning import (
     self_supervised_task,
     write_plot_csv,
 )
+from tasks.registry import log_policy
 from tasks.tracking import stage_run
 
 COLUMNS = ["round", "samples", "correct", "success_rate", "problems_solved", "generated_tokens", "evaluated",
@@ -35,6 +38,7 @@ def self_supervised_flow(params_path: str = "params.yaml") -> list:
     with stage_run("self_supervised", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         corpus = read_corpus_task(params.corpus)
+        run.name(problems=len(problems), model=policy_label(params_path))
         sink = SeriesBuffer()
         rounds = self_supervised_task(params, problems, corpus, sink)
         log_series_task(run.run_id, sink.drain(), str(root))
@@ -42,9 +46,12 @@ def self_supervised_flow(params_path: str = "params.yaml") -> list:
         for r in rounds:
             get_run_logger().info(f"round {r['round']}: {r['correct']}/{r['samples']} correct, "
                                   f"{r['problems_solved']} problems solved, {r['evaluated']} evaluated")
-        if rounds:
-            run.log_metrics({"last_round_success_rate": rounds[-1]["success_rate"],
-                             "last_round_problems_solved": rounds[-1]["problems_solved"]})
+        last = {"last_round_success_rate": rounds[-1]["success_rate"],
+                "last_round_problems_solved": rounds[-1]["problems_solved"]} if rounds else {}
+        run.log_metrics(last)
+        run.log_artifacts([params.plots], artifact_path="tables")
+        run.log_artifacts(sorted(Path(params.data_dir).glob("samples-round-*.parquet")), artifact_path="tables")
+        log_policy(run, params_dict(params), params.out_dir, last, [params.problems, params.corpus, params.policy])
     return rounds
 
 

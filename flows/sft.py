@@ -5,13 +5,24 @@ and to ``reports/learning/sft_loss.csv`` (a DVC plot)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger
 
 from cudal1.config import load_params, params_dict
+from cudal1.reports import plot_series
 from cudal1.training.params import SFTParams
-from flows._common import main, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, sft_task, write_plot_csv
+from tasks.learning import (
+    SeriesBuffer,
+    log_series_task,
+    read_corpus_task,
+    read_plot_csv,
+    sft_task,
+    write_plot_csv,
+)
+from tasks.registry import log_policy
 from tasks.tracking import stage_run
 
 
@@ -26,6 +37,7 @@ def sft_flow(params_path: str = "params.yaml") -> dict:
     with stage_run("sft", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)
         corpus = read_corpus_task(params.corpus)
+        run.name(problems=len(problems), model=policy_label(params_path))
         sink = SeriesBuffer()
         summary = sft_task(params, problems, corpus, sink)
         series = sink.drain()
@@ -34,6 +46,10 @@ def sft_flow(params_path: str = "params.yaml") -> dict:
                        ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
         get_run_logger().info(f"sft -> {params.out_dir}: {summary}")
         run.log_metrics(summary)
+        png = plot_series(read_plot_csv(params.plots), "step", ["sft_loss"], Path(params.plots).with_suffix(".png"),
+                          "SFT loss per step")
+        run.log_artifacts([params.plots, png], artifact_path="plots")
+        log_policy(run, params_dict(params), params.out_dir, summary, [params.problems, params.corpus, params.policy])
     return summary
 
 

@@ -66,6 +66,38 @@ def write_plot_csv(rows: Sequence[Mapping[str, Any]], path: str | Path, columns:
     os.replace(tmp, path)
 
 
+def last_epoch_metrics(epochs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The last RL epoch's figures under stable names (``rl.success_rate``...), finite values only: what
+    ``dvc exp show`` lists for each experiment and what the logged policy carries."""
+    import math
+
+    if not epochs:
+        return {}
+    keep = ("mean_reward", "success_rate", "mean_speedup", "median_speedup", "max_speedup", "pool_correct",
+            "pool_best_speedup")
+    last = epochs[-1]
+    return {f"rl.{k}": float(last[k]) for k in keep
+            if isinstance(last.get(k), int | float) and math.isfinite(float(last[k]))} | {"rl.epochs": len(epochs)}
+
+
+@task(cache_policy=NO_CACHE)
+def write_metrics_task(metrics: dict[str, float], path: str) -> None:
+    """A DVC metrics file, written atomically (nested: ``{"rl": {"success_rate": ...}}``)."""
+    nested: dict[str, Any] = {}
+    for key, value in metrics.items():
+        head, _, tail = key.partition(".")
+        nested.setdefault(head, {})[tail] = value
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_name(Path(path).name + ".partial")
+    tmp.write_text(json.dumps(nested, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_plot_csv(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 @task(cache_policy=NO_CACHE)
 def read_corpus_task(path: str) -> list:
     from cudal1.training.data import load_corpus
@@ -139,7 +171,7 @@ def run_key(params: Any, policy: str, pool: str) -> str:
     import hashlib
 
     skip = {"epochs", "problems", "pool", "policy", "out_dir", "data_dir", "devices", "pool_cache", "work_dir",
-            "plots", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization"}
+            "plots", "metrics", "registered_model", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization"}
     if not params.use_vllm:  # generation by model.generate: the vLLM settings play no part (and earlier keys hold)
         skip |= {"use_vllm", "vllm_mode"}
     settings = {k: v for k, v in dataclasses.asdict(params).items() if k not in skip}

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ from tasks.retry import io_only
 PARENT_RUN_ENV = "CUDAL1_MLFLOW_PARENT_RUN_ID"
 EXPERIMENT_ENV = "CUDAL1_MLFLOW_EXPERIMENT"
 DEFAULT_EXPERIMENT = "cudal1"
+# MLflow 3's UI opens an experiment by its kind: without this tag it guesses "GenAI" and shows an empty traces
+# page; "custom_model_development" ("Machine learning" in the UI) opens on the runs and their charts.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 _RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": io_only, "cache_policy": NO_CACHE}
 
 
@@ -44,12 +48,15 @@ def _experiment_id(client: Any, repo_root: str | Path) -> str:
     name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if found.tags.get("mlflow.experimentKind") != EXPERIMENT_KIND["mlflow.experimentKind"]:
+            for key, value in EXPERIMENT_KIND.items():  # experiments made before the tag existed
+                client.set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
     # A server decides where artifacts go; the embedded store keeps them inside the repository.
     location = None
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         location = (Path(repo_root).resolve() / "mlartifacts").as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_KIND)
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -123,6 +130,30 @@ def log_artifacts_task(run_id: str, paths: list[str], repo_root: str, artifact_p
 
 
 @task(**_RETRY)
+def set_run_name_task(run_id: str, name: str, repo_root: str) -> None:
+    _client(repo_root).update_run(run_id, name=name)
+
+
+@task(**_RETRY)
+def set_tags_task(run_id: str, tags: dict[str, str], repo_root: str) -> None:
+    from mlflow.entities import RunTag
+
+    _client(repo_root).log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+
+def describe_run(stage: str, problems: int | None = None, model: str | None = None,
+                 when: datetime | None = None) -> str:
+    """What a run name says: ``sft | 15 problems | tiny 4x256 | 2026-11-24 10:02 UTC``."""
+    parts = [stage]
+    if problems is not None:
+        parts.append(f"{problems} problem{'s' if problems != 1 else ''}")
+    if model:
+        parts.append(model)
+    parts.append((when or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"))
+    return " | ".join(parts)
+
+
+@task(**_RETRY)
 def end_run_task(run_id: str, status: str, repo_root: str) -> None:
     _client(repo_root).set_terminated(run_id, status)
 
@@ -131,6 +162,14 @@ def end_run_task(run_id: str, status: str, repo_root: str) -> None:
 class StageRun:
     run_id: str
     repo_root: str
+    stage: str = ""
+
+    def name(self, problems: int | None = None, model: str | None = None) -> None:
+        """Rename the run once the stage knows what it works on (see ``describe_run``)."""
+        set_run_name_task(self.run_id, describe_run(self.stage, problems, model), self.repo_root)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        set_tags_task(self.run_id, {k: str(v) for k, v in tags.items()}, self.repo_root)
 
     def log_metrics(self, metrics: Mapping[str, Any]) -> None:
         log_metrics_task(self.run_id, dict(metrics), self.repo_root)
@@ -143,7 +182,7 @@ class StageRun:
 def stage_run(stage: str, params: Mapping[str, Any], repo_root: str | Path, run_name: str | None = None) -> Iterator[StageRun]:
     """An MLflow run around a stage; it ends FINISHED, or FAILED when the stage raises."""
     root = str(Path(repo_root).resolve())
-    run = StageRun(start_run_task(stage, dict(params), root, run_name or stage), root)
+    run = StageRun(start_run_task(stage, dict(params), root, run_name or describe_run(stage)), root, stage)
     try:
         yield run
     except BaseException:

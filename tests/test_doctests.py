@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser"]
+MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate"]
 
 
 @pytest.mark.parametrize("name", MODULES)

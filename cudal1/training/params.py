@@ -74,6 +74,8 @@ class ContrastiveRLParams(RLSettings):
     pool_cache: str = "data/cache/learning-pool.parquet"
     work_dir: str = "data/cache/contrastive_rl"  # per-run epoch checkpoints: a rerun resumes from them
     plots: str = "reports/rl_epochs.csv"
+    metrics: str = "reports/rl_metrics.json"  # the last epoch's figures, for `dvc metrics show` / `dvc exp show`
+    registered_model: str = "cudal1-policy"  # each run's policy becomes a new version of this MLflow model
 
 
 __all__ = [

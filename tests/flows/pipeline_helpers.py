@@ -27,6 +27,7 @@ REDUCED = {
                         "finetune": {"epochs": 1}, "prompts": {"exemplars": 1}},
     "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 3, "max_new_tokens": 48,
                        "prompts": {"exemplars": 1}},
+    "gate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
 }
 
 

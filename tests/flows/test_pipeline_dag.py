@@ -16,7 +16,7 @@ from pipeline_helpers import edit_params, run, run_pipeline
 
 pytestmark = pytest.mark.slow  # the fixture runs the whole reduced pipeline (about 2 minutes)
 
-STAGES = ("problems", "augment", "evaluate", "report", "policy", "sft", "self_supervised", "contrastive_rl")
+STAGES = ("problems", "augment", "evaluate", "report", "policy", "sft", "self_supervised", "contrastive_rl", "gate")
 
 
 def test_pipeline_runs_every_stage_from_a_fresh_copy(pipeline_repo):
@@ -71,7 +71,7 @@ def test_changed_params_rerun_only_their_stage(pipeline_repo, run_env):
     result = run([sys.executable, "-m", "dvc", "repro"], repo, run_env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Running stage 'report'" in result.stdout
-    for stage in ("problems", "augment", "evaluate", "policy", "sft", "self_supervised", "contrastive_rl"):
+    for stage in ("problems", "augment", "evaluate", "policy", "sft", "self_supervised", "contrastive_rl", "gate"):
         assert f"Running stage '{stage}'" not in result.stdout
     for stage, path in outs.items():
         assert path.stat().st_mtime_ns == before[stage]
