@@ -280,6 +280,13 @@ def test_naive_harness_is_fooled(case: Case) -> None:
     problem = (FIXTURES / "problems" / f"{case.problem}.py").read_text()
     candidate = (FIXTURES / case.candidate).read_text()
     result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
+    # The fork hack races its child against the naive comparison: on a machine whose cores the other test
+    # workers hold, the child can finish late. A harness fooled in any run is broken, so up to two more
+    # fresh runs may show it.
+    for _ in range(2 if case.name.startswith("fork_") else 0):
+        if result.correct:
+            break
+        result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
     assert result.correct, f"{case.name}: the naive harness was not fooled ({result.reason})"
     if case.naive_min_speedup is not None:
         # The thread hacks gain only while a core is free to run their thread (10-20x then). On a machine
