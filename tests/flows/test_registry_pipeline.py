@@ -124,8 +124,11 @@ def test_dvc_experiments_register_versions_and_the_gate_promotes_a_better_one_an
     saved = {name: (repo / name).read_text() for name in ("params.yaml", "dvc.lock")}
     first = json.loads((repo / "reports/gate.json").read_text())["gate"]
     try:
-        # Better: SFT long enough to learn the corpus programs (the reduced default stops far short of that).
-        dvc(repo, run_env, "exp", "run", "-n", "sft120", "-S", "sft.epochs=120", "-S", "contrastive_rl.epochs=1")
+        # Better: the default policy's size and SFT long enough to learn the corpus programs (the reduced
+        # run's one-layer policy and three epochs stop far short of that).
+        dvc(repo, run_env, "exp", "run", "-n", "sft120", "-S", "policy.vocab_size=4096", "-S", "policy.hidden=256",
+            "-S", "policy.layers=4", "-S", "sft.epochs=120", "-S", "sft.learning_rate=0.001", "-S", "sft.copies=2",
+            "-S", "sft.prompts.exemplars=2", "-S", "contrastive_rl.epochs=1")
         assert json.loads((repo / "data/contrastive_rl/registered.json").read_text())["version"] == "2"
         better = json.loads((repo / "reports/gate.json").read_text())["gate"]
         assert better["promoted"] == 1 and better["new.solved"] > better["champion.solved"], (first, better)
