@@ -122,8 +122,7 @@ class Fingerprints:
     buffer is full, when the outputs' layout changes, and in ``values``, which reads everything back in
     one copy. Outputs too large to stage twice within ``stage_bytes`` are staged and summed one call at a time.
     Multiplying by +-1 is exact in every float dtype, so the weighted sum is as exact as the others.
-    Sums of float64 outputs, and all sums on the CPU, are float64; on CUDA lower precisions sum in
-    float32 (see :data:`ACCUMULATION`).
+    Sums of float64 outputs are float64; of lower precisions float32 (see :data:`ACCUMULATION`).
     """
 
     def __init__(self, device: torch.device, key: int, calls: int = 1, stage_bytes: int = 256 << 20) -> None:
@@ -188,13 +187,15 @@ class Fingerprints:
         for buf in self.stage:
             x = buf[:m]
             n = x.shape[1]
-            # float64 outputs (and integers, staged as float64) sum in float64; on CUDA the rest in float32,
-            # whose tree reductions run at full memory bandwidth (float64 accumulation of a float32 tensor
-            # ran 4x slower on an H100) and round within ACCUMULATION. The CPU's float32 norms are not
-            # tree-shaped (sum |x| of 2^20 randn values was off by 7e-5 of itself), so the CPU sums in float64.
-            acc = f64 if x.dtype == f64 or x.device.type != "cuda" else torch.float32
+            # float64 outputs (and integers, staged as float64) sum in float64; the rest in float32, whose
+            # reductions run at full memory bandwidth (float64 accumulation of a float32 tensor ran 4x
+            # slower on an H100, 15x on a CPU) and round within ACCUMULATION. On a CPU, sum |x| is a sum
+            # of |x|: its float32 1-norm is not tree-shaped (7e-5 of itself off on 2^20 randn values),
+            # its sums are (under 2e-7). The 2-norm only scales the allowance, so it may round more.
+            acc = f64 if x.dtype == f64 else torch.float32
+            l1 = torch.linalg.vector_norm(x, 1, dim=1, dtype=acc) if x.is_cuda else x.abs().sum(1, dtype=acc)
             w = self._pattern(n).as_strided((SHIFT, n), (1, 1))[offsets]  # call i: pattern[offset_i:][:n]
-            columns.append(torch.stack([x.sum(1, dtype=acc), torch.linalg.vector_norm(x, 1, dim=1, dtype=acc),
+            columns.append(torch.stack([x.sum(1, dtype=acc), l1,
                                         (x * w).sum(1, dtype=acc), torch.linalg.vector_norm(x, 2, dim=1, dtype=acc)],
                                        dim=1).to(f64))
         sums = torch.stack(columns, dim=1) if columns else torch.empty((m, 0, 4), dtype=f64, device=self.device)
