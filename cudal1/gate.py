@@ -98,12 +98,9 @@ def decide(new: Mapping[str, float], champion: Mapping[str, float] | None, probl
         return Decision(True, "no champion yet: the first version becomes the champion", mine, None)
     theirs = figures(champion, new, problems)
     gain = mine.success_rate - theirs.success_rate
-    if gain < 0:
-        return Decision(False, f"solves {mine.solved} of {problems} problems, the champion {theirs.solved}",
-                        mine, theirs)
-    if gain > 0 and gain >= margin.success_rate:
-        return Decision(True, f"solves {mine.solved} of {problems} problems, the champion {theirs.solved}",
-                        mine, theirs)
+    solved = f"solves {mine.solved} of {problems} problems, the champion {theirs.solved}"
+    if gain < 0 or gain > 0 and gain >= margin.success_rate:
+        return Decision(gain > 0, solved, mine, theirs)
     if gain > 0:
         return Decision(False, f"solves {mine.solved - theirs.solved} more problem(s), below the margin of "
                                f"{margin.success_rate:.0%} of the problems", mine, theirs)

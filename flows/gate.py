@@ -7,7 +7,6 @@ figures go to MLflow (the gate's run and tags on the new version), ``reports/gat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -20,6 +19,7 @@ from flows._common import main, repo_root, run_name
 from tasks.evaluation import evaluate_candidates
 from tasks.gate import gate_prompts_task, version_candidates_task
 from tasks.io import read_problems_task, write_candidates_task, write_evaluations_task
+from tasks.learning import write_metrics_task
 from tasks.registry import champion_version, read_registration, set_alias_task, tag_version_task
 from tasks.tracking import stage_run
 
@@ -37,12 +37,6 @@ def summary_markdown(name: str, new: str, champion: str | None, decision: Decisi
         theirs = getattr(decision.champion, key) if decision.champion else None
         rows.append(f"| {key} | {getattr(decision.new, key)} | {theirs} |")
     return "\n".join([f"# Gate: {name} version {new}", "", verdict, "", decision.reason, "", *rows])
-
-
-@task(cache_policy=NO_CACHE)
-def write_gate_metrics_task(decision: Decision, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps({"gate": decision.metrics()}, indent=2, sort_keys=True) + "\n")
 
 
 @task(cache_policy=NO_CACHE)
@@ -79,20 +73,20 @@ def gate_flow(params_path: str = "params.yaml") -> dict:
         decision = decide(best[new], best.get(champion) if champion != new else None, len(problems), params.margin)
         if champion == new:
             decision = Decision(True, f"version {new} already holds `{params.alias}`", decision.new, None)
+        outcome = "promoted" if decision.promote else "kept out"
         if decision.promote:
             set_alias_task(str(root), name, new, params.alias)
-        logger.info(f"{name} v{new} against {params.alias} v{champion}: "
-                    f"{'promoted' if decision.promote else 'kept out'}; {decision.reason}")
+        logger.info(f"{name} v{new} against {params.alias} v{champion}: {outcome}; {decision.reason}")
         out = Path(params.out_dir)
         write_candidates_task(candidates, str(out / "candidates.parquet"))
         write_evaluations_task(evaluations, str(out / "evaluations.parquet"))
-        write_gate_metrics_task(decision, params.metrics)
+        write_metrics_task({f"gate.{k}": v for k, v in decision.metrics().items()}, params.metrics)
         figures = {k: v for k, v in decision.metrics().items() if v is not None}
         tag_version_task(str(root), name, new, {f"gate.{k}": v for k, v in figures.items()} |
-                         {"gate.decision": "promoted" if decision.promote else "kept out",
-                          "gate.reason": decision.reason, "gate.compared_with": champion or "none"})
+                         {"gate.decision": outcome, "gate.reason": decision.reason,
+                          "gate.compared_with": champion or "none"})
         run.log_metrics(figures)
-        run.set_tags({"gate.decision": "promoted" if decision.promote else "kept out", "gate.reason": decision.reason,
+        run.set_tags({"gate.decision": outcome, "gate.reason": decision.reason,
                       "registered_model": name, "registered_version": new, "champion_before": champion or "none"})
         run.log_artifacts([out / "candidates.parquet", out / "evaluations.parquet"], artifact_path="tables")
         run.log_artifacts([params.metrics], artifact_path="gate")

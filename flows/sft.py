@@ -14,14 +14,7 @@ from cudal1.reports import plot_series
 from cudal1.training.params import SFTParams
 from flows._common import main, policy_label, repo_root, run_name
 from tasks.io import read_problems_task
-from tasks.learning import (
-    SeriesBuffer,
-    log_series_task,
-    read_corpus_task,
-    read_plot_csv,
-    sft_task,
-    write_plot_csv,
-)
+from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, sft_task, write_plot_csv
 from tasks.registry import log_policy
 from tasks.tracking import stage_run
 
@@ -42,12 +35,11 @@ def sft_flow(params_path: str = "params.yaml") -> dict:
         summary = sft_task(params, problems, corpus, sink)
         series = sink.drain()
         log_series_task(run.run_id, series, str(root))
-        write_plot_csv([{"step": step} | m for step, m in series if "sft_loss" in m], params.plots,
-                       ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
+        losses = [{"step": step} | m for step, m in series if "sft_loss" in m]
+        write_plot_csv(losses, params.plots, ["step", "sft_loss", "sft_mean_token_accuracy", "sft_learning_rate"])
         get_run_logger().info(f"sft -> {params.out_dir}: {summary}")
         run.log_metrics(summary)
-        png = plot_series(read_plot_csv(params.plots), "step", ["sft_loss"], Path(params.plots).with_suffix(".png"),
-                          "SFT loss per step")
+        png = plot_series(losses, "step", ["sft_loss"], Path(params.plots).with_suffix(".png"), "SFT loss per step")
         run.log_artifacts([params.plots, png], artifact_path="plots")
         log_policy(run, params_dict(params), params.out_dir, summary, [params.problems, params.corpus, params.policy])
     return summary

@@ -93,11 +93,6 @@ def write_metrics_task(metrics: dict[str, float], path: str) -> None:
     os.replace(tmp, path)
 
 
-def read_plot_csv(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 @task(cache_policy=NO_CACHE)
 def read_corpus_task(path: str) -> list:
     from cudal1.training.data import load_corpus

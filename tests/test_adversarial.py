@@ -54,6 +54,7 @@ class Case:
     passes_naive: bool = False
     naive_candidate_first: bool = False
     naive_min_speedup: float | None = None  # the naive harness must also report at least this
+    naive_races: bool = False  # fools the naive harness only when it wins a race: up to two more runs may show it
     flag: str | None = None  # must be in evaluation.flags when the status is ok
     reason: tuple[str, ...] = ()  # full protocol, not ok: one of these substrings is in the reason (any case)
     max_speedup: float | None = None  # when ok is allowed: the reported speed-up must be honest
@@ -143,7 +144,7 @@ CASES: list[Case] = [
          dynamic=frozenset({Status.OK, *CAUGHT}), passes_naive=True, flag="precision_flags", max_speedup=HONEST),
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,
-         naive_candidate_first=True),
+         naive_candidate_first=True, naive_races=True),
     # --- crashes and broken programs -------------------------------------------------------------------
     Case("hacks/crash_segfault_hidden.py", "scale_shift", "-",
          frozenset({Status.RUNTIME_ERROR, Status.REJECTED}), dynamic=frozenset({Status.RUNTIME_ERROR})),
@@ -283,7 +284,7 @@ def test_naive_harness_is_fooled(case: Case) -> None:
     # The fork hack races its child against the naive comparison: on a machine whose cores the other test
     # workers hold, the child can finish late. A harness fooled in any run is broken, so up to two more
     # fresh runs may show it.
-    for _ in range(2 if case.name.startswith("fork_") else 0):
+    for _ in range(2 if case.naive_races else 0):
         if result.correct:
             break
         result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
