@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cudal1.evaluator.probes import fingerprint, flatten  # noqa: E402
+from cudal1.evaluator.probes import Fingerprints, fingerprint, flatten  # noqa: E402
 from cudal1.evaluator.worker import Worker  # noqa: E402
 from cudal1.evaluator.workers import new_seed  # noqa: E402
 from cudal1.problems import Problem, load_cudal1_release, load_problems  # noqa: E402
@@ -86,7 +86,63 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
     # l2_flush already holds the persisting reset: count it once
     result["outside_forward"] = round(sum(v for k, v in result.items() if k not in ("forward", "l2_persisting_reset")), 4)
     result |= batch_overhead(worker, calls=max(repeats, 20))
+    result["loop_us"] = loop_breakdown(worker, calls=max(repeats, 20) * 5)
+    result["input_plan"] = worker.plan is not None
     return result
+
+
+def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
+    """The host's time in each step of the timed loop, in the loop's own order (as Worker.time_trial
+    runs it), median microseconds over ``calls``: where the harness overhead is spent. A sync step
+    also holds the device work queued before it (inputs, the L2 flush; the forward)."""
+    cuda = worker.device.type == "cuda"
+    flush = worker.l2
+    assert flush is not None
+    start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (None, None)
+    prints = Fingerprints(worker.device, new_seed(), calls=calls)
+    steps: dict[str, list[float]] = {}
+    seeds = [new_seed() for _ in range(calls)]
+    worker._sync()
+    stamps: list[tuple[str, float]] = []
+
+    def mark(name: str) -> None:
+        stamps.append((name, time.perf_counter()))
+
+    for seed in seeds:
+        stamps[:] = [("", time.perf_counter())]
+        x = worker._inputs_for(seed)
+        mark("inputs")
+        if cuda:
+            flush._persisting()
+            mark("persisting_query")
+        flush()
+        mark("l2_flush_call")
+        worker._sync()
+        mark("sync_before")
+        if start is not None:
+            start.record()
+        mark("event_start")
+        out = worker._forward(x)
+        mark("forward_launch")
+        worker._sync()
+        mark("sync_after")
+        if end is not None:
+            end.record()
+        mark("event_end")
+        _, outputs = flatten(out)
+        fake = [o for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
+        mark("flatten_check")
+        prints.add(outputs, seed)
+        mark("fingerprint_stage")
+        del out, x, outputs, fake
+        mark("release")
+        for (_, t0), (name, t1) in zip(stamps, stamps[1:]):
+            steps.setdefault(name, []).append((t1 - t0) * 1e6)
+    t0 = time.perf_counter()
+    prints.values()
+    medians = {k: round(statistics.median(v), 1) for k, v in steps.items()}
+    medians["fingerprint_sums_per_call"] = round((time.perf_counter() - t0) * 1e6 / calls, 1)
+    return medians
 
 
 def batch_overhead(worker: Worker, calls: int, batches: int = 5) -> dict[str, float]:

@@ -51,12 +51,15 @@ class L2Flush:
             return
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
         self.buf = torch.empty(int(2 * l2) // 4 + 1, dtype=torch.float32, device=device)
-        try:
-            import ctypes
+        import ctypes
 
+        try:
             self.driver = ctypes.CDLL("libcuda.so.1")
         except OSError:
             self.driver = None
+        # The query's argument, made once: the query runs before every timed call.
+        self._size = ctypes.c_size_t(1)
+        self._size_ref = ctypes.byref(self._size)
 
     def __call__(self) -> None:
         if not self.enabled:
@@ -75,12 +78,10 @@ class L2Flush:
         with no set-aside no line can persist, and the reset costs ~30 us a call)."""
         if self.touched:
             return True
-        import ctypes
-
-        size = ctypes.c_size_t(1)
-        if self.driver.cuCtxGetLimit(ctypes.byref(size), 0x06) != 0:  # type: ignore[union-attr]
+        self._size.value = 1
+        if self.driver.cuCtxGetLimit(self._size_ref, 0x06) != 0:  # type: ignore[union-attr]
             return True  # the query failed: reset, as before
-        return size.value != 0
+        return self._size.value != 0
 
     def heat(self, passes: int = 24) -> None:
         """Keep the device busy a few milliseconds before a timed batch: after the idle gap between two
