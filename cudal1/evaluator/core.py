@@ -176,10 +176,11 @@ def _calibrate(run: _Run) -> int:
            "spot": []}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = _time_candidate(run, msg)
-    # A call's cost is its whole share of the batch (inputs, L2 flush, fingerprints) when the worker
-    # reports it, not the timed forward alone: where the harness's work outweighs a small kernel (large
-    # inputs on a CPU: 7 ms of work around a 0.26 ms forward), a trial still lasts about target_trial_ms.
-    per_call = [r.get("batch_ms", 0.0) / max(1, len(r["ms"])) for r in (ref, cand)]
+    # A call's cost is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed
+    # forward alone: where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of
+    # work around a 0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls,
+    # as for the forward: a worker's first timed call also pays first-use costs.
+    per_call = [min(r.get("call_ms") or [0.0]) for r in (ref, cand)]
     slowest = max(min(ref["ms"]), min(cand["ms"]), *per_call, 1e-3)
     return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
 
