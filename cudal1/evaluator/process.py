@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudal1.evaluator.forking import ForkedProcess, fork_worker
+
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
              # bytecode the parent compiled; read only to a worker (it writes none, and a sandboxed uid cannot)
              "PYTHONPYCACHEPREFIX")
+
+
+# A worker's own environment, set after the fork; everything else is fixed when the fork server starts.
+_PER_WORKER = {"TMPDIR", "HOME", "USER", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+               "CUDA_VISIBLE_DEVICES"}
 
 
 @dataclass(frozen=True)
@@ -174,22 +181,29 @@ class WorkerProcess:
             if spec.extensions_dir is not None:
                 _chown_tree(spec.extensions_dir, self.uid)
             sandbox = {"user": self.uid, "group": self.uid, "extra_groups": []}
-        argv = [sys.executable, "-m", "cudal1.evaluator.worker", "--cmd-fd", str(cmd_r), "--reply-fd", str(rep_w),
-                "--device", spec.device, "--threads", str(spec.threads),
-                "--memory-limit-mb", str(spec.memory_limit_mb)]
+        options = ["--device", spec.device, "--threads", str(spec.threads), "--memory-limit-mb", str(spec.memory_limit_mb)]
         if not spec.flush_l2:
-            argv.append("--no-flush-l2")
+            options.append("--no-flush-l2")
         pass_fds = [cmd_r, rep_w]
+        fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}"]  # a forked worker's descriptors, numbered there
         if child_sock is not None:
-            argv += ["--fd-sock", str(child_sock.fileno())]
             pass_fds.append(child_sock.fileno())
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
-            pass_fds=pass_fds, start_new_session=True, **sandbox,  # type: ignore[arg-type]
-        )
-        if spec.nice:
-            # Set before the first command, so the compilers it later starts inherit the priority.
-            os.setpriority(os.PRIO_PROCESS, self.proc.pid, spec.nice)
+            fd_options += ["--fd-sock", "{2}"]
+        argv = [sys.executable, "-m", "cudal1.evaluator.worker", *(o.format(*pass_fds) for o in fd_options), *options]
+        # Forked from a server that has torch imported (cudal1.evaluator.zygote), else started afresh.
+        forked = fork_worker({k: v for k, v in env.items() if k not in _PER_WORKER}, env, [*fd_options, *options],
+                             str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice)
+        self.proc: subprocess.Popen | ForkedProcess
+        if forked is not None:
+            self.proc = forked
+        else:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
+                pass_fds=pass_fds, start_new_session=True, **sandbox,  # type: ignore[arg-type]
+            )
+            if spec.nice:
+                # Set before the first command, so the compilers it later starts inherit the priority.
+                os.setpriority(os.PRIO_PROCESS, self.proc.pid, spec.nice)
         os.close(cmd_r)
         os.close(rep_w)
         if child_sock is not None:

@@ -1,0 +1,81 @@
+"""Workers forked by the fork server (cudal1/evaluator/zygote.py) are what a fresh `python -m
+cudal1.evaluator.worker` would be: sandboxed uid without groups, own session, only their own descriptors,
+their own environment; exit codes reach the parent; without the server the evaluator starts them as before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cudal1.evaluator import forking
+from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
+from cudal1.evaluator.workers import scratch_root
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:  # noqa: F811 - a directory a sandboxed uid may traverse, as the evaluator makes them
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="cudal1-forking-", dir=scratch_root()))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def test_a_forked_worker_is_isolated_like_a_started_one(tmp_path: Path) -> None:
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
+        worker.wait_ready(120)
+        assert isinstance(worker.proc, forking.ForkedProcess)
+        stat = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ppid, session = int(stat[1]), int(stat[3])
+        assert session == worker.pid and ppid != os.getpid()  # its own session; the server's child
+        status = _status(worker.pid)
+        if sandbox_available():
+            uid = int(status["Uid"].split()[0])
+            assert uid == worker.uid and uid != os.getuid() and status["Groups"] == ""
+            assert int(status["Gid"].split()[0]) == uid
+        assert os.readlink(f"/proc/{worker.pid}/cwd") == str(worker.workdir)
+        fds = {int(fd) for fd in os.listdir(f"/proc/{worker.pid}/fd")}
+        assert len(fds) <= 6, fds  # 0-2, /dev/null, its command and reply pipes
+        assert os.readlink(f"/proc/{worker.pid}/fd/0") == "/dev/null"
+        assert os.readlink(f"/proc/{worker.pid}/fd/1") == str(worker.log_path)
+        reply = worker.call({"cmd": "probe", "out_path": str(worker.workdir / "probe.pt")}, 60)
+        assert reply["ok"]
+
+
+def test_exit_codes_reach_the_parent(tmp_path: Path) -> None:
+    worker = WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate")
+    worker.wait_ready(120)
+    os.kill(worker.pid, signal.SIGKILL)
+    assert worker.proc.wait(timeout=10) == -signal.SIGKILL
+    worker.close()
+
+
+def test_without_the_server_workers_start_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDAL1_FORK_WORKERS", "0")
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
+        worker.wait_ready(120)
+        assert isinstance(worker.proc, subprocess.Popen)
+
+
+def test_a_dead_server_is_replaced(tmp_path: Path) -> None:
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "a", "candidate") as first:
+        first.wait_ready(120)
+        assert isinstance(first.proc, forking.ForkedProcess)
+        server = first.proc.server
+    server.proc.kill()
+    server.proc.wait(timeout=10)
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "b", "candidate") as second:
+        second.wait_ready(120)
+        assert second.call({"cmd": "probe", "out_path": str(second.workdir / "probe.pt")}, 60)["ok"]
