@@ -50,8 +50,13 @@ def cudal1(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
 @pytest.mark.slow
 def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_path: Path) -> None:
     module = read_module(write(tmp_path, "ring.py", RING))
-    # A budget spent by the first batch: the other candidate is left for the next run.
-    short = optimize(module, FAST, [], OptimizeSettings(budget_s=1.0, chunk=1), tmp_path / "out")
+    # A budget spent by the first batch: the other candidate is left for the next run. The batch is made to
+    # outlast the budget (an evaluation alone can take under a second here, with forked workers).
+    def outlast_the_budget(_evaluation) -> None:
+        time.sleep(1.1)
+
+    short = optimize(module, FAST, [], OptimizeSettings(budget_s=1.0, chunk=1), tmp_path / "out",
+                     progress=outlast_the_budget)
     assert short.measured_now == 1 and "time budget (1 s) ran out during round 1" in short.stop
     assert sorted(pl.read_parquet(tmp_path / "out/candidates.parquet")["status"]) == ["not_measured", "ok"]
     state = optimize(module, FAST, [], TEMPLATE_ONLY, tmp_path / "out", command="cudal1 optimize ring.py")
