@@ -62,15 +62,18 @@ def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_
     state = optimize(module, FAST, [], TEMPLATE_ONLY, tmp_path / "out", command="cudal1 optimize ring.py")
     assert state.measured_now == 1 and len(state.reused) == 1  # the same command continues: nothing twice
     table = pl.read_parquet(tmp_path / "out/candidates.parquet")
-    assert table["origin"].to_list()[0] == "template:inference_mode", table.select("origin", "speedup_low")
+    # inference_mode is the real rewrite (about 1.5x here); no_grad changes nothing, but on a CPU shared with
+    # other test workers its measurement can land anywhere, so which of the two ranks first is not asserted.
+    fast = {row["origin"]: row for row in table.iter_rows(named=True)}["template:inference_mode"]
+    assert fast["status"] == "ok" and fast["speedup_low"] > 1.0, table.select("origin", "speedup_low")
     best = table.row(0, named=True)
-    assert best["status"] == "ok" and best["rank"] == 1 and best["speedup_low"] > 1.0, best
+    assert best["status"] == "ok" and best["rank"] == 1 and best["speedup_low"] >= fast["speedup_low"], best
     assert set(table["origin"]) == {"template:no_grad", "template:inference_mode"}  # no conv: no channels_last
     assert {"status", "reason", "speedup", "speedup_low", "speedup_high", "origin", "round"} <= set(table.columns)
     header = (tmp_path / "out/best.py").read_text()
     assert f"speedup {best['speedup']:.2f}x" in header and "95% interval" in header
     assert "device: cpu" in header and "tolerance" in header and "command: cudal1 optimize ring.py" in header
-    assert "class ModelNew(Model)" in header and "inference_mode" in header
+    assert "class ModelNew(Model)" in header and best["origin"].split(":")[1] in header
     report = (tmp_path / "out/report.md").read_text()
     assert "![speedup by round](speedup_by_round.png)" in report and "template:inference_mode" in report
     assert (tmp_path / "out/speedup_by_round.png").read_bytes()[:4] == b"\x89PNG"
