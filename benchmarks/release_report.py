@@ -19,20 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
 from cudal1.evaluator.bindings import binding_problems  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
+from cudal1.reproduction import strict_verdict  # noqa: E402
 
 RELEASE_COLUMNS = ("level", "has_code", "reported")  # the release's own facts, read from ../shared
-STRICT = 1e-4  # the default fp32 policy; the run itself used CUDA-L1's 1e-2
-
-
-def strict_verdict(e: Evaluation) -> str:
-    """The verdict under atol = rtol = 1e-4, derived from the lenient run's max_scaled_error."""
-    if not e.ok:
-        return e.status.value
-    scaled = e.extra.get("max_scaled_error")
-    rel = e.max_rel_l2_error or 0.0
-    if scaled is None:
-        return "unknown"
-    return "ok" if scaled <= STRICT and rel <= STRICT else "incorrect"
 
 
 def why(e: Evaluation | None, reported: float | None, fault: list[str] | None = None) -> str:

@@ -163,6 +163,12 @@ class CrossGpuParams:
     pools: tuple[PoolParams, ...] = field(default_factory=_default_pools)
     problems: str = "data/problems/problems.parquet"
     candidates: str = "data/augment/candidates.parquet"  # the evaluate stage's input; or the augment corpus
+    # A CUDA-L1 release file (../shared/cuda-l1/h100.jsonl): its rows are the problems, every one of them,
+    # and its programs the candidates; problems and candidates above are then not read.
+    release: str | None = None
+    # Baseline columns measured beside the candidates (cudal1.reproduction.BASELINES): compile-default,
+    # compile-reduce-overhead, cuda_graph. Each is the template rewrite of the problem's reference.
+    baselines: tuple[str, ...] = ()
     # Inputs, per-pool params files and results: a folder every worker host reads and writes (NFS...).
     storage: str = "data/cross_gpu"
     protocol: EvalConfig = field(default_factory=EvalConfig)
@@ -178,6 +184,11 @@ class CrossGpuParams:
             raise ValueError(f"pool names must be unique, got {names}")
         if self.wait_timeout_s <= 0 or self.poll_s <= 0:
             raise ValueError("wait_timeout_s and poll_s must be positive")
+        from cudal1.reproduction import BASELINES
+
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"baselines: unknown {unknown[0]!r}; choose from {', '.join(BASELINES)}")
 
 
 @dataclass(frozen=True)
@@ -357,7 +368,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 
 # Keys that hold file or folder paths, in any section: resolved against the params file's folder here, the
 # one place a stage's paths are resolved (flows and tasks use them as they come).
-_PATH_KEYS = ("problems", "out", "out_dir", "candidates", "evaluations", "measurements_cache", "completions_cache",
+_PATH_KEYS = ("problems", "out", "out_dir", "candidates", "release", "evaluations", "measurements_cache", "completions_cache",
               "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots", "metrics",
               "registration")
 

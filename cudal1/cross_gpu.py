@@ -29,9 +29,19 @@ from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.config import EvalConfig
 from cudal1.problems import Problem
 from cudal1.reports import STAT_KEYS, best_per_problem, summarize
+from cudal1.reproduction import (
+    COLUMNS,
+    aggregate_table,
+    aggregates,
+    baseline_origin,
+    gaps,
+    is_baseline,
+    row_table,
+)
 
-# What happened to one pool's run. Only "completed" rows are complete; the others show what landed.
-POOL_STATUSES = ("completed", "timed_out", "failed", "no_deployment")
+# What happened to one pool's run. Only "completed" rows are complete; the others show what landed
+# ("partial" and "not_run": gathered from the storage without a flow run, e.g. after --local --pool runs).
+POOL_STATUSES = ("completed", "partial", "not_run", "timed_out", "failed", "no_deployment")
 
 
 def storage_key(problems: Sequence[Problem], candidates: Sequence[Candidate], config: EvalConfig) -> str:
@@ -66,12 +76,42 @@ def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence
 
     by_sha: dict[tuple[str, str], Candidate] = {(c.problem_id, c.sha256): c for c in candidates}
     found: dict[str, Evaluation] = {}
-    for path in sorted(q for q in pool_dir.glob("measurements*.parquet") if ".partial" not in q.name):
+    found_files = [*pool_dir.glob("measurements*.parquet"), *pool_dir.glob("measurements*.jsonl")]
+    for path in sorted(q for q in found_files if ".partial" not in q.name):
         for e in load_evaluations(path):
             c = by_sha.get((e.problem_id, e.candidate_sha256))
             if e.config_hash == config.hash and c is not None:
                 found[c.candidate_id] = e
     return list(found.values())
+
+
+def completed_evaluations(pool_dir: Path) -> list[Evaluation] | None:
+    """A pool's completed result: the evaluate flow's table (a Prefect worker) or the pool runner's
+    (``cudal1.cross_gpu_pool``); None when neither is there yet."""
+    from cudal1.candidates import load_evaluations
+
+    for name in ("evaluations.parquet", "evaluations.jsonl"):
+        if (pool_dir / name).is_file():
+            return load_evaluations(pool_dir / name)
+    return None
+
+
+def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, candidates: Sequence[Candidate],
+                status: str = "", message: str = "") -> PoolResult:
+    """One pool's result from the storage. With no ``status`` (gathering without a flow run) it is
+    ``completed`` when the pool's table is there, ``partial`` when only finished evaluations are, else
+    ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
+    complete = completed_evaluations(pool_dir) if status in ("", "completed") else None
+    if complete is not None:
+        return PoolResult(pool, gpu_kind, "completed", message, tuple(complete))
+    evaluations = partial_evaluations(pool_dir, config, candidates)
+    if not status or status == "completed":
+        status = "partial" if evaluations else "not_run"
+        message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
+                              f"`python -m cudal1.cross_gpu_pool {pool_dir}` on a {gpu_kind} host to finish")
+    elif evaluations:
+        message = f"{message} ({len(evaluations)} finished evaluations kept)".strip()
+    return PoolResult(pool, gpu_kind, status, message, tuple(evaluations))
 
 
 @dataclass(frozen=True)
@@ -89,12 +129,16 @@ class PoolResult:
         return self.status == "completed"
 
 
-def table_rows(results: Sequence[PoolResult], problems: Sequence[Problem], threshold: float) -> list[dict[str, Any]]:
-    """One row per pool: the paper's statistics over the problems its best candidate solved."""
+def table_rows(results: Sequence[PoolResult], problems: Sequence[Problem], threshold: float,
+               candidates: Sequence[Candidate] = ()) -> list[dict[str, Any]]:
+    """One row per pool: the paper's statistics over the problems its best candidate solved. Baseline
+    candidates (``template:compile-default``...) are yardsticks, not solutions: they are left out here
+    and measured against in :func:`reproduction`."""
     ids = {p.problem_id for p in problems}
+    yardsticks = {c.candidate_id for c in candidates if is_baseline(c.origin)}
     rows = []
     for r in results:
-        best = best_per_problem([e for e in r.evaluations if e.problem_id in ids])
+        best = best_per_problem([e for e in r.evaluations if e.problem_id in ids and e.candidate_id not in yardsticks])
         stats = summarize(list(best.values()), len(problems), threshold)
         names = sorted({e.device_name for e in r.evaluations if e.device_name})
         rows.append({"gpu": r.gpu_kind, "pool": r.pool, "status": r.status, "evaluations": len(r.evaluations),
@@ -124,16 +168,76 @@ def render_markdown(rows: Sequence[dict[str, Any]], title: str, threshold: float
     return "\n".join(lines) + "\n"
 
 
-def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, title: str, threshold: float) -> dict[str, Path]:
-    """cross_gpu.md, cross_gpu.csv and cross_gpu.json under ``out_dir``; returns the paths by format."""
+@dataclass(frozen=True)
+class Reproduction:
+    """CUDA-L1's baseline columns per GPU: every problem's row (status under both tolerances, speedup vs
+    eager and vs each baseline) per pool, the paper's aggregates per pool, and the rows that moved
+    between the first pool with results and each other one."""
+
+    rows: dict[str, list[dict[str, Any]]]  # pool -> one row per problem
+    stats: list[tuple[str, list[dict[str, Any]]]]  # (gpu kind, aggregates) per pool with results
+    moved: list[tuple[str, str, list[dict[str, Any]]]]  # (gpu a, gpu b, rows apart by > 25%)
+    columns: tuple[str, ...] = COLUMNS  # eager and the baselines the candidate set holds
+
+
+def reproduction(results: Sequence[PoolResult], problems: Sequence[Problem], candidates: Sequence[Candidate],
+                 threshold: float) -> Reproduction:
+    measured = [r for r in results if r.evaluations]
+    rows = {r.pool: row_table(problems, candidates, r.evaluations) for r in measured}
+    stats = [(r.gpu_kind, aggregates(rows[r.pool], threshold)) for r in measured]
+    moved = [(measured[0].gpu_kind, r.gpu_kind, gaps(rows[measured[0].pool], rows[r.pool],
+                                                     measured[0].gpu_kind, r.gpu_kind)) for r in measured[1:]]
+    origins = {c.origin for c in candidates}
+    columns = tuple(c for c in COLUMNS if c == "eager" or baseline_origin(c) in origins)
+    return Reproduction(rows, stats, moved, columns)
+
+
+def render_reproduction(rep: Reproduction, threshold: float, reported: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> str:
+    """The baseline columns in the paper's layout, then the rows that moved between GPUs with a reason."""
+    lines = ["", "## Speedup per baseline", "",
+             "A program's speedup over a baseline is its speedup over eager divided by the baseline's (the "
+             "template rewrite of the same reference, measured under the same protocol). `1e-2` is CUDA-L1's "
+             "tolerance; `strict` is atol = rtol = 1e-4. Statistics over the rows that succeed, out of all rows."]
+    lines += aggregate_table([*rep.stats, *reported], threshold, rep.columns)
+    for kind_a, kind_b, moved in rep.moved:
+        lines += ["", f"## Rows whose {kind_a} and {kind_b} speedups differ by more than 25%", ""]
+        if not moved:
+            lines.append("None.")
+            continue
+        lines += [f"| row | {kind_a} | {kind_b} | reason |", "| --- | --- | --- | --- |"]
+        for m in moved:
+            fa, fb = (("-" if m[k] is None else f"{m[k]:.2f}") for k in (kind_a, kind_b))
+            lines.append(f"| {m['problem_id']} | {fa} | {fb} | {m['reason']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, title: str, threshold: float,
+                 rep: Reproduction | None = None, results: Sequence[PoolResult] = ()) -> dict[str, Path]:
+    """cross_gpu.md, cross_gpu.csv and cross_gpu.json under ``out_dir`` (with ``rep``, the baseline
+    columns in the markdown and cross_gpu_rows.csv: one row per problem and GPU); returns the paths by format."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "cross_gpu.md", "csv": out / "cross_gpu.csv", "json": out / "cross_gpu.json"}
-    paths["markdown"].write_text(render_markdown(rows, title, threshold))
+    text = render_markdown(rows, title, threshold)
+    if rep is not None:
+        text += render_reproduction(rep, threshold)
+        kinds = {r.pool: r.gpu_kind for r in results}
+        per_row = [{"gpu": kinds.get(pool, pool), **row} for pool, table in rep.rows.items() for row in table]
+        if per_row:
+            paths["rows"] = out / "cross_gpu_rows.csv"
+            with paths["rows"].open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(per_row[0]))
+                writer.writeheader()
+                writer.writerows(per_row)
+    paths["markdown"].write_text(text)
     columns = ["gpu", "pool", "status", "evaluations", *STAT_KEYS, "device_names", "message"]
     with paths["csv"].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows([{k: r[k] for k in columns} for r in rows])
-    paths["json"].write_text(json.dumps({"threshold": threshold, "gpus": list(rows)}, indent=2) + "\n")
+    document: dict[str, Any] = {"threshold": threshold, "gpus": list(rows)}
+    if rep is not None:
+        document["baselines"] = [{"gpu": kind, **s} for kind, stats in rep.stats for s in stats]
+        document["moved"] = [{"gpus": [a, b], "rows": moved} for a, b, moved in rep.moved]
+    paths["json"].write_text(json.dumps(document, indent=2) + "\n")
     return paths

@@ -9,24 +9,36 @@ plus one MLflow run per GPU (tag ``gpu``) under a parent run. A pool no worker s
 after ``wait_timeout_s`` and reported as timed out; the other pools' results still land.
 
 With no Prefect server configured (no ``PREFECT_API_URL``) it evaluates locally on the devices present.
-Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [--local]``.
+Hosts that cannot run a Prefect worker take part through the storage: ``--stage`` writes the inputs,
+each host runs ``python -m cudal1.cross_gpu_pool <storage>/<key>/<pool>`` (torch and this package
+only) or ``--local --pool <pool>``, and ``--gather`` makes the table from what the pools wrote.
+With ``release`` (a CUDA-L1 release file) and ``baselines`` set, the report adds CUDA-L1's columns:
+speedup vs eager, ``torch.compile`` and CUDA graphs per GPU, under 1e-2 and the strict tolerance, beside
+the release's reported aggregates, and the rows that moved between GPUs with a reason.
+Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [--local [--pool P] |
+--stage | --gather]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import CrossGpuParams, load_params, params_dict
-from cudal1.cross_gpu import PoolResult, storage_key, table_rows, write_tables
+from cudal1.candidates import Candidate
+from cudal1.config import CrossGpuParams, ParamsError, PoolParams, load_params, params_dict
+from cudal1.cross_gpu import PoolResult, reproduction, storage_key, table_rows, write_tables
+from cudal1.problems import Problem, ReleasedKernel, load_cudal1_release
+from cudal1.reproduction import baseline_candidates, release_inputs, reported_aggregates
 from flows._common import USER_ERRORS, repo_root, run_name
 from tasks.cross_gpu import (
     gather_task,
     log_gpu_run_task,
+    run_pool_task,
     stage_inputs_task,
     submit_pool_task,
     wait_for_runs_task,
@@ -35,7 +47,7 @@ from tasks.evaluation import evaluate_candidates
 from tasks.io import read_candidates_task, read_problems_task
 from tasks.tracking import stage_run
 
-Mode = Literal["auto", "pools", "local"]
+Mode = Literal["auto", "pools", "local", "stage", "gather"]
 
 
 def _describe(p: CrossGpuParams) -> str:
@@ -68,30 +80,69 @@ def evaluate_locally(problems, candidates, params: CrossGpuParams, folder: Path)
                        tuple(evaluations))]
 
 
+def read_inputs(params: CrossGpuParams) -> tuple[list[Problem], list[Candidate], list[ReleasedKernel]]:
+    """The problems and candidates to send (a release's rows and programs, or the two tables), plus the
+    baseline rewrites asked for; the release rows too, for its reported aggregates."""
+    if params.release:
+        release = load_cudal1_release(params.release)
+        problems, candidates = release_inputs(release, params.baselines)
+        return problems, candidates, release
+    problems = read_problems_task(params.problems)
+    candidates = read_candidates_task(params.candidates)
+    solved = {c.problem_id for c in candidates}
+    return problems, candidates + baseline_candidates([p for p in problems if p.problem_id in solved],
+                                                      params.baselines), []
+
+
+def _pool(params: CrossGpuParams, name: str) -> PoolParams:
+    for pool in params.pools:
+        if pool.name == name:
+            return pool
+    raise ParamsError(f"cross_gpu.pools: no pool named {name!r}; pools: {', '.join(p.name for p in params.pools)}. "
+                      "Add it to params.yaml or pass one of these to --pool")
+
+
 @flow(name="cross_gpu", flow_run_name=run_name("cross_gpu", _describe))
-def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto") -> list[dict[str, Any]]:
+def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: str = "") -> list[dict[str, Any]]:
     params: CrossGpuParams = load_params(params_path, "cross_gpu")
     logger = get_run_logger()
     local = mode == "local" or (mode == "auto" and not server_configured())
     root = repo_root(params_path)
     with stage_run("cross_gpu", params_dict(params), root, run_name="cross_gpu") as run:
-        problems = read_problems_task(params.problems)
-        candidates = read_candidates_task(params.candidates)
+        problems, candidates, release = read_inputs(params)
         key = storage_key(problems, candidates, params.protocol)
         folder = Path(params.storage) / key
         logger.info(f"{len(candidates)} candidates for {len(problems)} problems; storage {folder}")
-        if local:
+        pools = list(params.pools)
+        paths = (stage_inputs_task(problems, candidates, params.protocol, pools, str(folder))
+                 if mode in ("stage", "gather") or pool or not local else {})
+        if mode == "stage":
+            for p in pools:
+                logger.info(f"pool {p.name} ({p.gpu_kind}): on its host run "
+                            f"`PYTHONPATH=. python -m cudal1.cross_gpu_pool {folder / p.name}`")
+            return []
+        if mode == "gather":
+            results = gather_task(str(folder), pools, None, params.protocol, candidates)
+        elif local and pool:
+            chosen = _pool(params, pool)
+            run_pool_task(str(folder / chosen.name), list(chosen.devices))
+            results = gather_task(str(folder), [chosen], None, params.protocol, candidates)
+        elif local:
             logger.info("no Prefect server configured (PREFECT_API_URL): evaluating locally")
             results = evaluate_locally(problems, candidates, params, folder)
         else:
-            pools = list(params.pools)
-            paths = stage_inputs_task(problems, candidates, params.protocol, pools, str(folder))
-            submitted = [submit_pool_task(pool, paths[pool.name], key, run.run_id) for pool in pools]
+            submitted = [submit_pool_task(p, paths[p.name], key, run.run_id) for p in pools]
             outcome = wait_for_runs_task(submitted, params.wait_timeout_s, params.run_timeout_s, params.poll_s)
             results = gather_task(str(folder), pools, outcome, params.protocol, candidates)
-        rows = table_rows(results, problems, params.threshold)
-        title = f"Cross-GPU: {Path(params.candidates).name}, {len(problems)} problems"
-        written = write_tables(rows, params.out_dir, title, params.threshold)
+        rows = table_rows(results, problems, params.threshold, candidates)
+        rep = None
+        if release or params.baselines:
+            rep = reproduction(results, problems, candidates, params.threshold)
+            if release:
+                rep = replace(rep, stats=[*rep.stats, ("reported (release)", reported_aggregates(release, params.threshold))])
+        name = Path(params.release or params.candidates).name
+        title = f"Cross-GPU: {name}, {len(problems)} problems"
+        written = write_tables(rows, params.out_dir, title, params.threshold, rep, results)
         run.log_artifacts([str(p) for p in written.values()])
         run.log_metrics({"pools": len(rows), "completed": sum(r["status"] == "completed" for r in rows)})
         for row in rows:
@@ -109,13 +160,21 @@ def main() -> None:
                        help="evaluate here on the devices present, even with a server configured")
     group.add_argument("--pools", action="store_const", const="pools", dest="mode",
                        help="use the pools; fail if no server is configured")
+    group.add_argument("--stage", action="store_const", const="stage", dest="mode",
+                       help="only write the inputs and every pool's files to the storage (for hosts without a worker)")
+    group.add_argument("--gather", action="store_const", const="gather", dest="mode",
+                       help="make the table from what the pools wrote to the storage; evaluate nothing")
+    parser.add_argument("--pool", default="", help="with --local: evaluate as this pool (its folder in the storage)")
     args = parser.parse_args()
     mode = args.mode or "auto"
+    if args.pool and mode != "local":
+        print("\nerror: --pool goes with --local (evaluate here as that pool)", file=sys.stderr)
+        sys.exit(2)
     if mode == "pools" and not server_configured():
         print("\nerror: --pools needs a Prefect server: export PREFECT_API_URL=http://HOST:4200/api", file=sys.stderr)
         sys.exit(2)
     try:
-        cross_gpu_flow(params_path=args.params, mode=mode)
+        cross_gpu_flow(params_path=args.params, mode=mode, pool=args.pool)
     except USER_ERRORS as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -13,9 +13,10 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cudal1.candidates import Candidate, candidates_to_parquet, evaluations_from_parquet
+from cudal1.candidates import Candidate, candidates_to_parquet
 from cudal1.config import PoolParams
-from cudal1.cross_gpu import PoolResult, partial_evaluations, pool_evaluate_section
+from cudal1.cross_gpu import PoolResult, gather_pool, pool_evaluate_section
+from cudal1.cross_gpu_pool import stage
 from cudal1.evaluator.config import EvalConfig
 from cudal1.problems import Problem
 from tasks.io import _atomic, problems_to_parquet
@@ -35,6 +36,8 @@ def stage_inputs_task(problems: list[Problem], candidates: list[Candidate], conf
     if not (inputs / "candidates.parquet").is_file():  # same key, same content: never rewritten
         problems_to_parquet(problems, inputs / "problems.parquet")
         _atomic(inputs / "candidates.parquet", lambda tmp: candidates_to_parquet(candidates, tmp))
+    # The same inputs for hosts without Prefect or polars (python -m cudal1.cross_gpu_pool <pool folder>).
+    stage(root, problems, candidates, config, [(p.name, p.gpu_kind, p.devices) for p in pools])
     paths = {}
     for pool in pools:
         path = root / pool.name / "params.yaml"
@@ -136,24 +139,18 @@ def wait_for_runs_task(submitted: list[Submitted], wait_timeout_s: float, run_ti
 
 
 @task(cache_policy=NO_CACHE)
-def gather_task(folder: str, pools: list[PoolParams], outcome: dict[str, tuple[str, str]],
+def gather_task(folder: str, pools: list[PoolParams], outcome: dict[str, tuple[str, str]] | None,
                 config: EvalConfig, candidates: list[Candidate]) -> list[PoolResult]:
-    """Each pool's evaluations from the storage: the evaluate flow's table when it completed, else
-    whatever its incremental measurements file holds (a killed or cancelled run keeps what it finished)."""
+    """Each pool's evaluations from the storage: its completed table, else whatever its incremental
+    measurements file holds (a killed or cancelled run keeps what it finished). With no ``outcome`` (no
+    flow runs: ``--gather``) the status follows from what the storage holds."""
     logger = get_run_logger()
     results = []
     for pool in pools:
-        status, message = outcome[pool.name]
-        pool_dir = Path(folder) / pool.name
-        table = pool_dir / "evaluations.parquet"
-        if status == "completed" and table.is_file():
-            evaluations = evaluations_from_parquet(table)
-        else:
-            evaluations = partial_evaluations(pool_dir, config, candidates)
-            if evaluations:
-                message = f"{message} ({len(evaluations)} finished evaluations kept)".strip()
-        logger.info(f"pool {pool.name} ({pool.gpu_kind}): {status}, {len(evaluations)} evaluations")
-        results.append(PoolResult(pool.name, pool.gpu_kind, status, message, tuple(evaluations)))
+        status, message = (outcome or {}).get(pool.name, ("", ""))
+        result = gather_pool(Path(folder) / pool.name, pool.name, pool.gpu_kind, config, candidates, status, message)
+        logger.info(f"pool {pool.name} ({pool.gpu_kind}): {result.status}, {len(result.evaluations)} evaluations")
+        results.append(result)
     return results
 
 
@@ -171,3 +168,24 @@ def log_gpu_run_task(parent_run_id: str, row: dict[str, Any], artifacts: Sequenc
     log_artifacts_task.fn(run.info.run_id, list(artifacts), repo_root)
     client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "completed" else "FAILED")
     return run.info.run_id
+
+
+@task(cache_policy=NO_CACHE)
+def _run_pool(pool_dir: str, devices: list[str], count: int) -> int:
+    from cudal1.cross_gpu_pool import run_pool
+    from tasks.progress import EvaluationProgress
+
+    logger = get_run_logger()
+    with EvaluationProgress(logger, count, f"pool {Path(pool_dir).name}") as progress:
+        return len(run_pool(pool_dir, devices, progress))
+
+
+def run_pool_task(pool_dir: str, devices: list[str]) -> int:
+    """Evaluate as one pool, here (``--local --pool``): the pool runner's code, under the devices' limits."""
+    from cudal1.cross_gpu_pool import read_candidates
+    from tasks.evaluation import device_tags, ensure_device_limits_task
+
+    tags = device_tags(devices)
+    ensure_device_limits_task(tags)
+    count = len(read_candidates(Path(pool_dir).parent / "inputs" / "candidates.jsonl"))
+    return _run_pool.with_options(tags=tags)(pool_dir, devices, count)

@@ -1,0 +1,138 @@
+"""One pool's share of a cross-GPU run, with torch and this package only: the GPU hosts of a reproduction
+need neither Prefect nor polars.
+
+The cross_gpu flow stages ``<storage>/<key>/inputs/{problems,candidates}.jsonl`` and, per pool,
+``<storage>/<key>/<pool>/pool.json`` (its GPU kind, devices and protocol) beside the parquet inputs and
+``params.yaml`` that a Prefect worker's evaluate flow reads. On a host of that GPU kind, with the storage
+mounted (or copied there and back)::
+
+    PYTHONPATH=. python -m cudal1.cross_gpu_pool <storage>/<key>/<pool> [--devices cuda:0,cuda:1]
+
+evaluates every candidate there, appending each evaluation to ``measurements.jsonl`` as it lands (a
+killed run resumes from it), and writes ``evaluations.jsonl`` when every candidate has one: the pool's
+completed result, which ``python -m flows.cross_gpu --gather`` turns into the table with the other
+pools'. ``python -m flows.cross_gpu --local --pool <pool>`` runs the same function from the flow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cudal1.candidates import Candidate, Evaluation, load_evaluations, save_evaluations
+from cudal1.evaluator.config import EvalConfig
+from cudal1.problems import Problem
+
+POOL_FILE = "pool.json"
+MEASUREMENTS = "measurements.jsonl"  # appended after every evaluation
+COMPLETED = "evaluations.jsonl"  # written once every candidate has an evaluation
+
+
+def write_jsonl(records: Iterable[Any], path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".partial")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text("".join(json.dumps(asdict(r), sort_keys=True) + "\n" for r in records))
+    tmp.replace(path)
+
+
+def read_problems(path: Path) -> list[Problem]:
+    return [Problem(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_candidates(path: Path) -> list[Candidate]:
+    return [Candidate(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def stage(folder: Path, problems: Sequence[Problem], candidates: Sequence[Candidate], config: EvalConfig,
+          pools: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+    """The torch-only inputs: ``inputs/*.jsonl`` once (the folder is keyed by their content) and one
+    ``pool.json`` per (name, gpu_kind, devices)."""
+    inputs = folder / "inputs"
+    if not (inputs / "candidates.jsonl").is_file():
+        write_jsonl(problems, inputs / "problems.jsonl")
+        write_jsonl(candidates, inputs / "candidates.jsonl")
+    protocol = json.loads(json.dumps(config.to_dict()))
+    protocol.pop("device", None)
+    for name, gpu_kind, devices in pools:
+        path = folder / name / POOL_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"pool": name, "gpu_kind": gpu_kind, "devices": list(devices),
+                                    "protocol": protocol}, indent=2) + "\n")
+
+
+def pool_config(spec: dict[str, Any]) -> EvalConfig:
+    from cudal1.config import build
+
+    return build(EvalConfig, spec["protocol"], f"{spec.get('pool', 'pool')}.protocol")
+
+
+def latest_per_candidate(evaluations: Iterable[Evaluation], problems: Sequence[Problem],
+                         candidates: Sequence[Candidate], config: EvalConfig) -> list[Evaluation]:
+    """The last evaluation of each candidate under ``config``, keyed by content, in candidate order."""
+    from dataclasses import replace
+
+    sha = {p.problem_id: p.sha256 for p in problems}
+    latest = {(e.problem_sha256, e.candidate_sha256): e for e in evaluations if e.config_hash == config.hash}
+    out = []
+    for c in candidates:
+        found = latest.get((sha[c.problem_id], c.sha256))
+        if found is not None:
+            out.append(found if found.candidate_id == c.candidate_id else replace(found, candidate_id=c.candidate_id))
+    return out
+
+
+def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
+             progress: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
+    """Evaluate the pool's inputs on ``devices`` (default: pool.json's) and write its completed result."""
+    from cudal1.evaluator import evaluate_many
+
+    pool_dir = Path(pool_dir)
+    spec_path = pool_dir / POOL_FILE
+    if not spec_path.is_file():
+        raise FileNotFoundError(f"{spec_path}: no pool file; stage the run first with "
+                                "`python -m flows.cross_gpu --stage` (it writes <storage>/<key>/<pool>/pool.json)")
+    spec = json.loads(spec_path.read_text())
+    inputs = pool_dir.parent / "inputs"
+    problems, candidates = read_problems(inputs / "problems.jsonl"), read_candidates(inputs / "candidates.jsonl")
+    devices = list(devices or spec["devices"])
+    config = pool_config(spec).with_device(devices[0])
+    measurements = pool_dir / MEASUREMENTS
+    unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
+    evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress)
+    evaluations = latest_per_candidate(load_evaluations(measurements), problems, candidates, config)
+    if len(evaluations) == len(candidates):
+        save_evaluations(evaluations, pool_dir / COMPLETED)
+    return evaluations
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pool_dir", type=Path, help="<storage>/<key>/<pool>, as staged by the cross_gpu flow")
+    ap.add_argument("--devices", default="", help="comma-separated, e.g. cuda:0,cuda:1 (default: pool.json's)")
+    args = ap.parse_args(argv)
+    started, done = time.perf_counter(), [0]
+
+    def progress(e: Evaluation) -> None:
+        done[0] += 1
+        speed = "-" if e.speedup is None else f"{e.speedup:.2f}x"
+        print(f"[{done[0]} {time.perf_counter() - started:7.1f}s] {e.problem_id:8s} {e.candidate_id} "
+              f"{e.status.value:13s} {speed:>8s} {e.reason[:80]}", flush=True)
+
+    try:
+        evaluations = run_pool(args.pool_dir, [d for d in args.devices.split(",") if d] or None, progress)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    complete = (args.pool_dir / COMPLETED).is_file()
+    print(json.dumps({"pool": args.pool_dir.name, "evaluations": len(evaluations), "complete": complete,
+                      "wall_s": round(time.perf_counter() - started, 1)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""A cross-GPU run through the storage, without Prefect: the inputs staged, each pool evaluated by the
+torch-only pool runner in its own process (as on a GPU host that has no worker), one pool killed half-way
+and resumed, then the table with CUDA-L1's baseline columns made from what the pools wrote. Two pools
+stand in for GPU kinds on this CPU; the baselines are torch.compile's rewrite, the CUDA-graph rewrite (it
+runs the eager forward where there is no CUDA) and one baseline that fails, whose column stays empty."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudal1.candidates import Candidate, Status, load_evaluations, save_evaluations
+from cudal1.cross_gpu import gather_pool, reproduction, table_rows, write_tables
+from cudal1.cross_gpu_pool import COMPLETED, MEASUREMENTS, read_candidates, stage
+from cudal1.evaluator import EvalConfig
+from cudal1.generation.templates import template_candidates
+from cudal1.problems import load_starter_suite
+from cudal1.reproduction import baseline_candidates, baseline_origin
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = EvalConfig(correctness_trials=2, timing_trials=3, target_trial_ms=5.0, warmup_iters=1, remeasure=0)
+pytestmark = pytest.mark.slow  # three processes evaluate 4-8 candidates each, one torch.compile build
+
+
+def _pool_runner(pool_dir: Path) -> subprocess.CompletedProcess[str]:
+    """The runner as a GPU host runs it; it must not import what those hosts lack."""
+    code = ("import sys; from cudal1.cross_gpu_pool import main; main(sys.argv[1:]); "
+            "heavy = {'polars', 'prefect', 'mlflow', 'dvc', 'transformers', 'trl'} & {m.split('.')[0] for m in sys.modules}; "
+            "assert not heavy, heavy")
+    return subprocess.run([sys.executable, "-c", code, str(pool_dir)], capture_output=True, text=True, timeout=600,
+                          env=os.environ | {"PYTHONPATH": str(REPO)})
+
+
+def test_pools_without_workers_meet_in_the_storage_and_fill_the_baseline_columns(tmp_path: Path) -> None:
+    problems = load_starter_suite()[:2]
+    programs = [c for p in problems for c in template_candidates(p, ["inference_mode"])]
+    baselines = baseline_candidates(problems[:1], ["compile-default"]) + baseline_candidates(problems, ["cuda_graph"])
+    broken = Candidate(problems[1].problem_id, "raise RuntimeError('no such baseline')\n",
+                       origin=baseline_origin("compile-reduce-overhead"))
+    baselines.append(broken)
+    candidates = programs + baselines
+    folder = tmp_path / "storage" / "key"
+    stage(folder, problems, candidates, CONFIG, [("gpu-a", "A", ["cpu"]), ("gpu-b", "B", ["cpu"])])
+    assert len(read_candidates(folder / "inputs" / "candidates.jsonl")) == len(candidates)
+
+    first = _pool_runner(folder / "gpu-a")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert json.loads(first.stdout.splitlines()[-1])["complete"] is True
+    a = load_evaluations(folder / "gpu-a" / COMPLETED)
+    assert len(a) == len(candidates)
+
+    # Pool b's host died after two evaluations: gathered as partial, then resumed by a second run.
+    save_evaluations(load_evaluations(folder / "gpu-a" / MEASUREMENTS)[:2], folder / "gpu-b" / MEASUREMENTS)
+    partial = gather_pool(folder / "gpu-b", "gpu-b", "B", CONFIG, candidates)
+    assert partial.status == "partial" and len(partial.evaluations) == 2 and "cross_gpu_pool" in partial.message
+    second = _pool_runner(folder / "gpu-b")
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    measured = [line for line in second.stdout.splitlines() if line.startswith("[")]
+    assert len(measured) == len(candidates) - 2  # only the rest
+
+    results = [gather_pool(folder / name, name, kind, CONFIG, candidates) for name, kind in (("gpu-a", "A"), ("gpu-b", "B"))]
+    assert [r.status for r in results] == ["completed", "completed"]
+    rows = table_rows(results, problems, 1.01, candidates)
+    assert [r["success"] for r in rows] == [2, 2]  # the programs; the baselines are yardsticks, not solutions
+    rep = reproduction(results, problems, candidates, 1.01)
+    by_id = {r["problem_id"]: r for r in rep.rows["gpu-a"]}
+    one, two = problems[0].problem_id, problems[1].problem_id
+    compiled = next(e for e in a if e.candidate_id == baselines[0].candidate_id)
+    assert compiled.status is Status.OK, compiled.reason  # torch.compile's rewrite passes the evaluator
+    assert by_id[one]["compile-default_status"] == "ok" and by_id[one]["vs_compile-default"] is not None
+    assert by_id[two]["compile-default_status"] == "" and by_id[two]["vs_compile-default"] is None
+    assert {by_id[p]["cuda_graph_status"] for p in (one, two)} == {"ok"} and by_id[two]["vs_cuda_graph"] is not None
+    assert by_id[two]["compile-reduce-overhead_status"] not in ("", "ok")
+    assert by_id[two]["vs_compile-reduce-overhead"] is None and by_id[two]["vs_eager"] is not None
+    program = next(e for e in a if e.problem_id == one and e.candidate_id == programs[0].candidate_id)
+    expected = program.speedup / compiled.speedup
+    assert by_id[one]["vs_compile-default"] == pytest.approx(expected)
+    assert by_id[one]["vs_compile-default_low"] <= expected <= by_id[one]["vs_compile-default_high"]
+    assert by_id[one]["strict_status"] in ("ok", "incorrect")  # decided from the recorded error, not 'unknown'
+    stats = {(s["column"], s["tolerance"]): s for s in dict(rep.stats)["A"]}
+    assert stats[("eager", "1e-2")]["success"] == 2 and stats[("compile-default", "1e-2")]["success"] == 1
+    assert stats[("cuda_graph", "1e-2")]["success"] == 2 and stats[("compile-reduce-overhead", "1e-2")]["success"] == 0
+
+    written = write_tables(rows, tmp_path / "out", "test", 1.01, rep, results)
+    text = written["markdown"].read_text()
+    assert "**vs torch.compile (default)**" in text and "**vs CUDA graphs**" in text
+    assert "## Rows whose A and B speedups differ by more than 25%" in text
+    table = written["rows"].read_text().splitlines()
+    assert len(table) == 1 + 2 * len(problems) and table[0].startswith("gpu,problem_id,level,status")
+    document = json.loads(written["json"].read_text())
+    assert {b["gpu"] for b in document["baselines"]} == {"A", "B"} and document["moved"][0]["gpus"] == ["A", "B"]
