@@ -34,7 +34,7 @@ from cudal1.evaluator.core import (
     load_candidate,
     prepare_candidate_worker,
 )
-from cudal1.evaluator.extensions import mentions_builds
+from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.schedule import DeviceQueue, Group, Groups, RunAhead, quiet_after
 from cudal1.evaluator.static import check_source
@@ -171,7 +171,10 @@ def evaluate_many(
     builds: dict[str, Future[str]] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for c in todo:
-            if mentions_builds(c.source) and c.sha256 not in builds and not check_source(c.source).rejected:
+            # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
+            # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
+            needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
+            if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
                 builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
         order: dict[str, list[Candidate]] = {}
         for c in todo:

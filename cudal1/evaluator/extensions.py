@@ -50,6 +50,13 @@ def mentions_builds(source: str) -> bool:
     return "cpp_extension" in source or "load_inline" in source
 
 
+def mentions_compile(source: str) -> bool:
+    """Whether a program may call ``torch.compile`` (the template baselines do): it compiles on its first
+    call, so a build worker warms it up and the timed worker finds the inductor and Triton caches of its
+    own source filled (see process.py)."""
+    return "torch.compile" in source
+
+
 def build_key(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """A build's identity: the builder, its arguments, and the contents of source files it names.
 

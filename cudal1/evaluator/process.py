@@ -174,6 +174,11 @@ class WorkerProcess:
             for stale in spec.extensions_dir.glob("*/lock"):
                 stale.unlink(missing_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
+            # torch.compile's caches beside the extensions, keyed by the same source hash: the build worker's
+            # warm-up fills them, the timed worker and its re-checks hit them. Only the same source ever
+            # reads what a program wrote there, as for its extensions.
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(spec.extensions_dir / "inductor")
+            env["TRITON_CACHE_DIR"] = str(spec.extensions_dir / "triton")
         self._log = open(self.log_path, "wb")
         sandbox: dict[str, object] = {}
         if self.uid is not None:
