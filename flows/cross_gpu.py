@@ -22,6 +22,7 @@ Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -51,7 +52,7 @@ Mode = Literal["auto", "pools", "local", "stage", "gather"]
 
 
 def _describe(p: CrossGpuParams) -> str:
-    return f"{Path(p.candidates).name} on {', '.join(pool.gpu_kind for pool in p.pools)}"
+    return f"{Path(p.release or p.candidates).name} on {', '.join(pool.gpu_kind for pool in p.pools)}"
 
 
 def server_configured() -> bool:
@@ -119,7 +120,7 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
         if mode == "stage":
             for p in pools:
                 logger.info(f"pool {p.name} ({p.gpu_kind}): on its host run "
-                            f"`PYTHONPATH=. python -m cudal1.cross_gpu_pool {folder / p.name}`")
+                            f"`PYTHONPATH=. python -m cudal1.cross_gpu_pool {os.path.relpath(folder / p.name)}`")
             return []
         if mode == "gather":
             results = gather_task(str(folder), pools, None, params.protocol, candidates)
