@@ -236,8 +236,10 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     'the reference runs 1.43x faster on H200, the program 1.00x; '
     """
     if a["status"] != b["status"]:
-        return (f"verdict differs: {a['status']} on {kind_a} ({a['reason'][:100]}), {b['status']} on {kind_b} "
-                f"({b['reason'][:100]})")
+        def side(row: dict[str, Any], kind: str) -> str:
+            return f"{row['status']} on {kind}" + (f" ({row['reason'][:100]})" if row["reason"] else "")
+
+        return f"verdict differs: {side(a, kind_a)}, {side(b, kind_b)}"
     built_a, built_b = "extension_build_failed" not in a["flags"], "extension_build_failed" not in b["flags"]
     if built_a != built_b:
         return (f"a build that differs: its extension built on {kind_a if built_a else kind_b} only; the other GPU "

@@ -1,0 +1,78 @@
+"""The reproduction tables from evaluations alone (no workers): every problem gets a row, the baseline
+columns divide the program's speedup by the baseline's, the strict verdict follows from the recorded
+error, and the rows that moved between two GPUs carry a reason that matches what the evaluations show."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudal1.candidates import Candidate, Evaluation, Status
+from cudal1.problems import Problem, ReleasedKernel
+from cudal1.reproduction import (
+    aggregates,
+    baseline_origin,
+    gaps,
+    release_inputs,
+    reported_aggregates,
+    row_table,
+)
+
+REF = "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n"
+
+
+def _problem(n: int) -> Problem:
+    return Problem(f"L1-{n}", 1, f"p{n}", REF + f"# {n}\n")
+
+
+def _ok(c: Candidate, speedup: float, ref_ms: float = 1.0, scaled: float = 1e-6, flags: tuple[str, ...] = ()) -> Evaluation:
+    return Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=speedup, speedup_low=speedup * 0.98,
+                      speedup_high=speedup * 1.02, reference_ms=ref_ms, candidate_ms=ref_ms / speedup,
+                      max_rel_l2_error=scaled, flags=flags, extra={"max_scaled_error": scaled})
+
+
+def test_every_row_every_column_and_both_tolerances() -> None:
+    problems = [_problem(n) for n in (1, 2, 3, 4)]
+    rows_in = [ReleasedKernel(problems[0], "program 1", "h100", {"score_default": 2.0, "score_cuda_graph": 1.5}),
+               ReleasedKernel(problems[1], "program 2", "h100", {"score_default": 3.0}),
+               ReleasedKernel(problems[2], None, "h100", {}),
+               ReleasedKernel(problems[3], "program 4", "h100", {"score_default": 1.0})]
+    _, candidates = release_inputs(rows_in, ["cuda_graph"])
+    assert [c.origin for c in candidates] == ["cudal1-h100"] * 3 + [baseline_origin("cuda_graph")] * 3
+    by = {(c.problem_id, c.origin): c for c in candidates}
+    graph = baseline_origin("cuda_graph")
+    evaluations = [
+        _ok(by[("L1-1", "cudal1-h100")], 4.0), _ok(by[("L1-1", graph)], 2.0),
+        _ok(by[("L1-2", "cudal1-h100")], 1.5, scaled=3e-3),  # passes 1e-2, not 1e-4
+        Evaluation("L1-2", by[("L1-2", graph)].candidate_id, Status.RUNTIME_ERROR, reason="capture failed"),
+    ]  # L1-4 was never measured
+    rows = {r["problem_id"]: r for r in row_table(problems, candidates, evaluations)}
+    assert list(rows) == ["L1-1", "L1-2", "L1-3", "L1-4"]
+    assert rows["L1-1"]["vs_eager"] == pytest.approx(4.0) and rows["L1-1"]["vs_cuda_graph"] == pytest.approx(2.0)
+    assert rows["L1-1"]["vs_cuda_graph_low"] == pytest.approx(4.0 * 0.98 / (2.0 * 1.02))
+    assert rows["L1-2"]["strict_status"] == "incorrect" and rows["L1-2"]["vs_cuda_graph"] is None
+    assert rows["L1-2"]["cuda_graph_status"] == "runtime_error"
+    assert rows["L1-3"]["status"] == "no_program" and rows["L1-4"]["status"] == "not_run"
+    stats = {(s["column"], s["tolerance"]): s for s in aggregates(list(rows.values()))}
+    assert stats[("eager", "1e-2")]["success"] == 2 and stats[("eager", "strict")]["success"] == 1
+    assert stats[("cuda_graph", "1e-2")]["success"] == 1 and stats[("eager", "1e-2")]["total"] == 4
+    assert stats[("eager", "1e-2")]["mean"] == pytest.approx(2.75)
+    reported = {s["column"]: s for s in reported_aggregates(rows_in)}
+    assert reported["eager"]["success"] == 3 and reported["eager"]["mean"] == pytest.approx(2.0)
+    assert reported["cuda_graph"]["success"] == 1 and reported["compile-default"]["success"] == 0
+
+
+def test_moved_rows_carry_the_reason_the_two_measurements_show() -> None:
+    problems = [_problem(n) for n in (1, 2, 3, 4)]
+    programs = [Candidate(p.problem_id, f"program {p.problem_id}", "cudal1-h100") for p in problems]
+    h100 = [_ok(programs[0], 2.0, ref_ms=1.0), _ok(programs[1], 2.0), _ok(programs[2], 1.0),
+            _ok(programs[3], 3.0, flags=("extension_build_failed",))]
+    h200 = [_ok(programs[0], 1.4, ref_ms=0.7),  # the reference got 1.43x faster, the program did not
+            Evaluation("L1-2", programs[1].candidate_id, Status.INCORRECT, reason="output 0 differs"),
+            _ok(programs[2], 1.05),  # within 25%: not listed
+            _ok(programs[3], 1.0)]
+    moved = {m["problem_id"]: m for m in gaps(row_table(problems, programs, h100), row_table(problems, programs, h200),
+                                              "H100", "H200")}
+    assert set(moved) == {"L1-1", "L1-2", "L1-4"}
+    assert "faster memory" in moved["L1-1"]["reason"] and moved["L1-1"]["H200"] == pytest.approx(1.4)
+    assert moved["L1-2"]["reason"].startswith("verdict differs: ok on H100") and "output 0 differs" in moved["L1-2"]["reason"]
+    assert moved["L1-4"]["reason"].startswith("a build that differs: its extension built on H200 only")
