@@ -84,6 +84,7 @@ class WorkerSpec:
     hide_gpus: bool = False  # CUDA_VISIBLE_DEVICES="" (build workers: compile without touching a GPU)
     fd_transport: bool = True  # CUDA: hand device memory over as file descriptors (else files)
     nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
+    core: int | None = None  # CPU device: the core a problem's timed workers share (workers.cpu_core_for)
 
 
 @functools.cache
@@ -189,6 +190,8 @@ class WorkerProcess:
         options = ["--device", spec.device, "--threads", str(spec.threads), "--memory-limit-mb", str(spec.memory_limit_mb)]
         if not spec.flush_l2:
             options.append("--no-flush-l2")
+        if spec.core is not None:
+            options += ["--core", str(spec.core)]
         pass_fds = [cmd_r, rep_w]
         fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}"]  # a forked worker's descriptors, numbered there
         if child_sock is not None:

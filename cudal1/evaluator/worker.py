@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--core", type=int, default=None)
     parser.add_argument("--memory-limit-mb", type=int, default=0)
     parser.add_argument("--no-flush-l2", action="store_true")
     parser.add_argument("--fd-sock", type=int, default=-1)
@@ -366,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
     _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
-    _pin_cpu(args.device)
+    _pin_cpu(args.device, args.core)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
     worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
@@ -408,12 +409,21 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
 
 
-def _pin_cpu(device: str) -> None:
+def _pin_cpu(device: str, core: int | None = None) -> None:
     """A GPU's timed workers (its reference and its candidates) run on one core of their own: the launch
     of a small kernel is host work, and a process that migrates between cores, or lands beside a busy
     one, times the same program differently from one trial to the next. Both programs of a pair share
-    that core (they are never timed at once), so neither is favoured."""
-    if not device.startswith("cuda") or not hasattr(os, "sched_setaffinity"):
+    that core (they are never timed at once), so neither is favoured. On a CPU device the parent names
+    the core (one per problem): a load that sits on one core for seconds then slows both programs of the
+    pair alike instead of one of them."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    if not device.startswith("cuda"):
+        if core is not None and core in os.sched_getaffinity(0):
+            try:
+                os.sched_setaffinity(0, {core})
+            except OSError:
+                pass
         return
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or os.nice(0) > 0:
         return  # a build worker (no GPU, or low priority): it and its compilers use every other core

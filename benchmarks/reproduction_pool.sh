@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One pool of the reproduction (reproduction.yaml) on a GPU machine that has torch but no Prefect, from the
+# repository root, with the staged storage carried along (data/reproduction/<key>, written here by
+# `python -m flows.cross_gpu --params reproduction.yaml --stage`):
+#
+#   POOL=data/reproduction/<key>/gpu-h100 [LIMIT_S=540] [DEVICES=cuda:0] bash benchmarks/reproduction_pool.sh
+#
+# Runs the torch-only pool runner until it finishes or LIMIT_S passes (it resumes from the carried
+# measurements.jsonl next time), then copies the pool's files to $OUT: put them back into the same pool
+# folder here and run `python -m flows.cross_gpu --params reproduction.yaml --gather`.
+set -uo pipefail
+: "${POOL:?set POOL=data/reproduction/<key>/<pool>}"
+OUT=${OUT:-/tmp/cudal1-reproduction}
+mkdir -p "$OUT"
+source benchmarks/gpu_setup.sh
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+before=$(wc -l < "$POOL/measurements.jsonl" 2>/dev/null || echo 0)
+start=$(date +%s)
+timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} > "$OUT/pool.log" 2>&1
+echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(wc -l < "$POOL/measurements.jsonl" 2>/dev/null || echo 0)" | tee -a "$OUT/pool.log"
+pkill -9 -f cudal1.evaluator.worker
+for f in measurements.jsonl evaluations.jsonl; do
+  [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
+done
+tail -n 3 "$OUT/pool.log"
