@@ -115,7 +115,7 @@ def time_split(evaluations: list) -> dict[str, float]:
     for e in evaluations:
         for key in ("build_s", "eval_s"):
             split[key] = split.get(key, 0.0) + (getattr(e, key) or 0.0)
-        for key in ("load_s", "correctness_s", "timing_s"):
+        for key in ("load_s", "correctness_s", "wait_s", "timing_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
     return {k: round(v, 1) for k, v in split.items()}
 

@@ -130,3 +130,24 @@ def test_timing_waits_for_the_loads_ahead_then_pauses_builds() -> None:
         assert load.done() and time.perf_counter() - started >= 0.2
         assert QUIET.depth == 1  # build workers are stopped while this is held
     assert QUIET.depth == 0
+
+
+def test_the_wait_for_loads_ahead_is_booked_apart_from_timing() -> None:
+    """A neighbour's slow load ahead delays the timing, and is reported as the wait, not as timing."""
+    from cudal1.evaluator import EvalConfig
+    from cudal1.evaluator.core import evaluate_candidate
+    from cudal1.generation.templates import template_candidates
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    [candidate] = template_candidates(problem, ["baseline"])
+
+    def quiet_behind_a_slow_neighbour():  # its load ahead ends 1.5 s after the timing asks to start
+        slow_neighbour: Future[dict] = Future()
+        threading.Timer(1.5, slow_neighbour.set_result, args=({},)).start()
+        return quiet_after([slow_neighbour])()
+
+    config = EvalConfig(correctness_trials=1, timing_trials=3, target_trial_ms=5.0, warmup_iters=1, remeasure=0)
+    result = evaluate_candidate(problem, candidate, config, quiet=quiet_behind_a_slow_neighbour)
+    assert result.ok, result.reason
+    assert result.extra["wait_s"] >= 1.0 > result.extra["timing_s"], result.extra

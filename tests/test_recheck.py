@@ -14,7 +14,9 @@ from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.problems import load_starter_suite
 
-# diag(a) @ B: the reference's O(n^3) way, O(n^2) by broadcasting, or a quarter of it the reference's way.
+# diag(a) @ B: the reference's O(n^3) way, O(n^2) by broadcasting, or an eighth of it the reference's way
+# (about 8x: on a loaded CPU, where waits for the core are added to every call, figures are pulled towards
+# 1x, and a quarter's 4x came out 1.8-2.6x beside the slow program's 0.8-1.2x: within the CPU's 50%).
 SHIFTING = '''import torch
 import torch.nn as nn
 
@@ -33,7 +35,7 @@ class ModelNew(nn.Module):
             return a.unsqueeze(1) * B
         if MODE == "slow":
             return torch.diag(a) @ B
-        q = B.shape[1] // 4  # a quarter of the columns the O(n^3) way: about 4x, between the other two
+        q = B.shape[1] // 8  # an eighth of the columns the O(n^3) way: about 8x, between the other two
         return torch.cat([torch.diag(a) @ B[:, :q], a.unsqueeze(1) * B[:, q:]], dim=1)
 '''
 
@@ -64,7 +66,7 @@ def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path,
 
 @pytest.mark.slow
 def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) -> None:
-    problems, candidates = _candidate(shared_dir, "fast slow quarter")
+    problems, candidates = _candidate(shared_dir, "fast slow eighth")
     (result,) = evaluate_many(problems, candidates, CONFIG)
     assert result.status is Status.REJECTED and "not reproduced" in result.reason, result
     assert len(result.extra["recheck_speedups"]) == 3 and result.speedup is None

@@ -118,14 +118,15 @@ def _probe_fd_transport(device: str) -> bool:
 
 
 def cpu_core_for(problem: Problem, config: EvalConfig) -> int | None:
-    """The core a problem's timed workers share on a CPU device (single-threaded programs only), spread
-    over the cores this process may use by the problem's hash: measured on the 2-core machine, the
-    reference evaluated against itself under three busy loops came out 0.57x [0.52, 0.61] with the two
-    workers left to the scheduler (docs/evaluator.md)."""
+    """The core a problem's timed workers share on a CPU device (single-threaded programs only): measured
+    on the 2-core machine, the reference evaluated against itself under three busy loops came out
+    0.57x [0.52, 0.61] with the two workers left to the scheduler (docs/evaluator.md). Spread over the
+    cores this process may use by the problem's hash and this process's id, so that problems, and two
+    evaluators of one problem (parallel test workers), do not all land on one core."""
     if config.is_cuda or config.cpu_threads != 1 or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
-    return allowed[int(problem.sha256[:8], 16) % len(allowed)] if len(allowed) > 1 else None
+    return allowed[(int(problem.sha256[:8], 16) + os.getpid()) % len(allowed)] if len(allowed) > 1 else None
 
 
 def worker_spec(config: EvalConfig, problem: Problem | None = None, **extra: Any) -> WorkerSpec:
