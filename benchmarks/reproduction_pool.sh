@@ -14,10 +14,11 @@ OUT=${OUT:-/tmp/cudal1-reproduction}
 mkdir -p "$OUT"
 source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-before=$(wc -l < "$POOL/measurements.jsonl" 2>/dev/null || echo 0)
+count() { if [ -f "$POOL/measurements.jsonl" ]; then wc -l < "$POOL/measurements.jsonl"; else echo 0; fi; }
+before=$(count)
 start=$(date +%s)
 timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} > "$OUT/pool.log" 2>&1
-echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(wc -l < "$POOL/measurements.jsonl" 2>/dev/null || echo 0)" | tee -a "$OUT/pool.log"
+echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
 pkill -9 -f cudal1.evaluator.worker
 for f in measurements.jsonl evaluations.jsonl; do
   [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
