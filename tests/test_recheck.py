@@ -16,7 +16,7 @@ from cudal1.problems import load_starter_suite
 
 # diag(a) @ B: the reference's O(n^3) way, O(n^2) by broadcasting, or an eighth of it the reference's way
 # (about 8x: on a loaded CPU, where waits for the core are added to every call, figures are pulled towards
-# 1x, and a quarter's 4x came out 1.8-2.6x beside the slow program's 0.8-1.2x: within the CPU's 50%).
+# 1x, and a quarter's 4x came out 1.8-2.6x beside the slow program's 0.8-1.2x).
 SHIFTING = '''import torch
 import torch.nn as nn
 
@@ -50,7 +50,12 @@ def _candidate(share: Path, modes: str) -> tuple[list, list[Candidate]]:
     return [problem], [Candidate(problem.problem_id, source, origin="test:shifting")]
 
 
-CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_checks=False, recheck_above=3.0)
+# The re-check's rule with a 25% limit instead of the shared CPU's default 50%: under the full suite's load
+# (three test workers on two cores) the slow program's own interval reached [0.82, 2.09] and the eighth's
+# began at 2.80, inside 50% of it; these programs are 5-30x apart, so 25% still keeps two measurements
+# of one program together (their intervals overlap) and tells the three programs apart.
+CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, static_checks=False, recheck_above=3.0,
+                    recheck_tolerance=0.25)
 
 
 @pytest.mark.slow
