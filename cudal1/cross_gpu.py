@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.candidates import Candidate, Evaluation
+from cudal1.cross_gpu_pool import protocol_section
 from cudal1.evaluator.config import EvalConfig
 from cudal1.problems import Problem
 from cudal1.reports import STAT_KEYS, best_per_problem, summarize
@@ -56,8 +57,7 @@ def storage_key(problems: Sequence[Problem], candidates: Sequence[Candidate], co
 
 def pool_evaluate_section(devices: Sequence[str], config: EvalConfig) -> dict[str, Any]:
     """The ``evaluate`` section a pool's flow run reads; paths relative to ``<key>/<pool>/params.yaml``."""
-    protocol = json.loads(json.dumps(config.to_dict()))  # tuples -> lists: YAML-safe
-    protocol.pop("device", None)  # set per device by the evaluator
+    protocol = protocol_section(config)
     return {
         "problems": "../inputs/problems.parquet",
         "candidates": "../inputs/candidates.parquet",
@@ -101,11 +101,12 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     """One pool's result from the storage. With no ``status`` (gathering without a flow run) it is
     ``completed`` when the pool's table is there, ``partial`` when only finished evaluations are, else
     ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
-    complete = completed_evaluations(pool_dir) if status in ("", "completed") else None
+    undecided = status in ("", "completed")  # a run that failed or timed out keeps its status
+    complete = completed_evaluations(pool_dir) if undecided else None
     if complete is not None:
         return PoolResult(pool, gpu_kind, "completed", message, tuple(complete))
     evaluations = partial_evaluations(pool_dir, config, candidates)
-    if not status or status == "completed":
+    if undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
                               f"`python -m cudal1.cross_gpu_pool {pool_dir}` on a {gpu_kind} host to finish")
@@ -178,6 +179,7 @@ class Reproduction:
     stats: list[tuple[str, list[dict[str, Any]]]]  # (gpu kind, aggregates) per pool with results
     moved: list[tuple[str, str, list[dict[str, Any]]]]  # (gpu a, gpu b, rows apart by > 25%)
     columns: tuple[str, ...] = COLUMNS  # eager and the baselines the candidate set holds
+    kinds: dict[str, str] = field(default_factory=dict)  # pool -> gpu kind
 
 
 def reproduction(results: Sequence[PoolResult], problems: Sequence[Problem], candidates: Sequence[Candidate],
@@ -189,16 +191,16 @@ def reproduction(results: Sequence[PoolResult], problems: Sequence[Problem], can
                                                      measured[0].gpu_kind, r.gpu_kind)) for r in measured[1:]]
     origins = {c.origin for c in candidates}
     columns = tuple(c for c in COLUMNS if c == "eager" or baseline_origin(c) in origins)
-    return Reproduction(rows, stats, moved, columns)
+    return Reproduction(rows, stats, moved, columns, {r.pool: r.gpu_kind for r in measured})
 
 
-def render_reproduction(rep: Reproduction, threshold: float, reported: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> str:
+def render_reproduction(rep: Reproduction, threshold: float) -> str:
     """The baseline columns in the paper's layout, then the rows that moved between GPUs with a reason."""
     lines = ["", "## Speedup per baseline", "",
              "A program's speedup over a baseline is its speedup over eager divided by the baseline's (the "
              "template rewrite of the same reference, measured under the same protocol). `1e-2` is CUDA-L1's "
              "tolerance; `strict` is atol = rtol = 1e-4. Statistics over the rows that succeed, out of all rows."]
-    lines += aggregate_table([*rep.stats, *reported], threshold, rep.columns)
+    lines += aggregate_table(rep.stats, threshold, rep.columns)
     for kind_a, kind_b, moved in rep.moved:
         lines += ["", f"## Rows whose {kind_a} and {kind_b} speedups differ by more than 25%", ""]
         if not moved:
@@ -212,7 +214,7 @@ def render_reproduction(rep: Reproduction, threshold: float, reported: Sequence[
 
 
 def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, title: str, threshold: float,
-                 rep: Reproduction | None = None, results: Sequence[PoolResult] = ()) -> dict[str, Path]:
+                 rep: Reproduction | None = None) -> dict[str, Path]:
     """cross_gpu.md, cross_gpu.csv and cross_gpu.json under ``out_dir`` (with ``rep``, the baseline
     columns in the markdown and cross_gpu_rows.csv: one row per problem and GPU); returns the paths by format."""
     out = Path(out_dir)
@@ -221,8 +223,7 @@ def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, title: str
     text = render_markdown(rows, title, threshold)
     if rep is not None:
         text += render_reproduction(rep, threshold)
-        kinds = {r.pool: r.gpu_kind for r in results}
-        per_row = [{"gpu": kinds.get(pool, pool), **row} for pool, table in rep.rows.items() for row in table]
+        per_row = [{"gpu": rep.kinds.get(pool, pool), **row} for pool, table in rep.rows.items() for row in table]
         if per_row:
             paths["rows"] = out / "cross_gpu_rows.csv"
             with paths["rows"].open("w", newline="") as f:

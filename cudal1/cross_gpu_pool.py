@@ -57,13 +57,19 @@ def stage(folder: Path, problems: Sequence[Problem], candidates: Sequence[Candid
     if not (inputs / "candidates.jsonl").is_file():
         write_jsonl(problems, inputs / "problems.jsonl")
         write_jsonl(candidates, inputs / "candidates.jsonl")
-    protocol = json.loads(json.dumps(config.to_dict()))
-    protocol.pop("device", None)
+    protocol = protocol_section(config)
     for name, gpu_kind, devices in pools:
         path = folder / name / POOL_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"pool": name, "gpu_kind": gpu_kind, "devices": list(devices),
                                     "protocol": protocol}, indent=2) + "\n")
+
+
+def protocol_section(config: EvalConfig) -> dict[str, Any]:
+    """The protocol as a pool reads it: plain lists (YAML- and JSON-safe), the device set per pool."""
+    protocol = json.loads(json.dumps(config.to_dict()))
+    protocol.pop("device", None)
+    return protocol
 
 
 def pool_config(spec: dict[str, Any]) -> EvalConfig:
@@ -72,25 +78,11 @@ def pool_config(spec: dict[str, Any]) -> EvalConfig:
     return build(EvalConfig, spec["protocol"], f"{spec.get('pool', 'pool')}.protocol")
 
 
-def latest_per_candidate(evaluations: Iterable[Evaluation], problems: Sequence[Problem],
-                         candidates: Sequence[Candidate], config: EvalConfig) -> list[Evaluation]:
-    """The last evaluation of each candidate under ``config``, keyed by content, in candidate order."""
-    from dataclasses import replace
-
-    sha = {p.problem_id: p.sha256 for p in problems}
-    latest = {(e.problem_sha256, e.candidate_sha256): e for e in evaluations if e.config_hash == config.hash}
-    out = []
-    for c in candidates:
-        found = latest.get((sha[c.problem_id], c.sha256))
-        if found is not None:
-            out.append(found if found.candidate_id == c.candidate_id else replace(found, candidate_id=c.candidate_id))
-    return out
-
-
 def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
              progress: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
     """Evaluate the pool's inputs on ``devices`` (default: pool.json's) and write its completed result."""
     from cudal1.evaluator import evaluate_many
+    from cudal1.generation.augment import select_measured
 
     pool_dir = Path(pool_dir)
     spec_path = pool_dir / POOL_FILE
@@ -105,7 +97,7 @@ def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
     measurements = pool_dir / MEASUREMENTS
     unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
     evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress)
-    evaluations = latest_per_candidate(load_evaluations(measurements), problems, candidates, config)
+    evaluations = select_measured(load_evaluations(measurements), problems, candidates, config, devices)
     if len(evaluations) == len(candidates):
         save_evaluations(evaluations, pool_dir / COMPLETED)
     return evaluations

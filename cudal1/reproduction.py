@@ -37,7 +37,6 @@ REPORTED = {"eager": "score_default", "compile-default": "score_torch_compile_de
 COLUMN_TITLES = {"eager": "vs eager PyTorch", "compile-default": "vs torch.compile (default)",
                  "compile-reduce-overhead": "vs torch.compile (reduce-overhead)", "cuda_graph": "vs CUDA graphs"}
 STRICT = 1e-4  # atol = rtol of the strict policy (the evaluator's fp32 default)
-LENIENT = 1e-2  # CUDA-L1's published tolerance
 TOLERANCES = ("1e-2", "strict")
 
 
@@ -108,13 +107,17 @@ def versus(program: Evaluation | None, baseline: Evaluation | None) -> Versus | 
     >>> v = versus(p, b); round(v.speedup, 3), round(v.low, 3), round(v.high, 3)
     (2.0, 1.81, 2.211)
     """
-    if program is None or baseline is None or not (program.ok and baseline.ok):
+    p, b = _measured(program), _measured(baseline)
+    if p is None or b is None:
         return None
-    if not program.speedup or not baseline.speedup:
+    return Versus(p.speedup / b.speedup, p.low / b.high, p.high / max(b.low, 1e-12))
+
+
+def _measured(e: Evaluation | None) -> Versus | None:
+    """An ok evaluation's speedup over eager with its interval (the figure itself where none was recorded)."""
+    if e is None or not e.ok or not e.speedup:
         return None
-    p_low, p_high = program.speedup_low or program.speedup, program.speedup_high or program.speedup
-    b_low, b_high = baseline.speedup_low or baseline.speedup, baseline.speedup_high or baseline.speedup
-    return Versus(program.speedup / baseline.speedup, p_low / b_high, p_high / max(b_low, 1e-12))
+    return Versus(e.speedup, e.speedup_low or e.speedup, e.speedup_high or e.speedup)
 
 
 def _status(e: Evaluation | None, has_program: bool) -> str:
@@ -157,7 +160,7 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
         }
         for column in COLUMNS:
             base = bases.get(baseline_origin(column))
-            v = (versus(program, _eager(program)) if column == "eager" else versus(program, base))
+            v = _measured(program) if column == "eager" else versus(program, base)
             row[f"vs_{column}"] = v.speedup if v else None
             row[f"vs_{column}_low"] = v.low if v else None
             row[f"vs_{column}_high"] = v.high if v else None
@@ -166,13 +169,6 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
                 row[f"{column}_ms"] = base.candidate_ms if base is not None and base.ok else None
         rows.append(row)
     return rows
-
-
-def _eager(program: Evaluation | None) -> Evaluation | None:
-    """The eager reference as a 'baseline' of speedup 1 exactly: versus() then returns the program's own."""
-    if program is None:
-        return None
-    return Evaluation(program.problem_id, "eager", program.status, speedup=1.0, speedup_low=1.0, speedup_high=1.0)
 
 
 def counts(row: dict[str, Any], column: str, tolerance: str) -> bool:

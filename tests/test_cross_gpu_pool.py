@@ -86,7 +86,7 @@ def test_pools_without_workers_meet_in_the_storage_and_fill_the_baseline_columns
     assert stats[("eager", "1e-2")]["success"] == 2 and stats[("compile-default", "1e-2")]["success"] == 1
     assert stats[("cuda_graph", "1e-2")]["success"] == 2 and stats[("compile-reduce-overhead", "1e-2")]["success"] == 0
 
-    written = write_tables(rows, tmp_path / "out", "test", 1.01, rep, results)
+    written = write_tables(rows, tmp_path / "out", "test", 1.01, rep)
     text = written["markdown"].read_text()
     assert "**vs torch.compile (default)**" in text and "**vs CUDA graphs**" in text
     assert "## Rows whose A and B speedups differ by more than 25%" in text

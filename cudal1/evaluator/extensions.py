@@ -52,8 +52,8 @@ def mentions_builds(source: str) -> bool:
 
 def mentions_compile(source: str) -> bool:
     """Whether a program may call ``torch.compile`` (the template baselines do): it compiles on its first
-    call, so a build worker warms it up and the timed worker finds the inductor and Triton caches of its
-    own source filled (see process.py)."""
+    call, so on a GPU a build worker warms it up and the timed worker finds the inductor and Triton caches
+    of its own source filled (see process.py)."""
     return "torch.compile" in source
 
 
