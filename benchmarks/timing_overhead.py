@@ -1,7 +1,10 @@
 """Where a timed call's time goes besides the program itself: each step of the worker's timed loop
 (cudal1/evaluator/worker.py, time_trial) timed on its own, in one process, for chosen problems; and the
 harness overhead per call as the protocol pays it: the wall clock of a whole timed batch
-(``Worker.time_trial``) per call, less the timed forward (its CUDA-event time) and the L2 flush.
+(``Worker.time_trial``) per call, less the timed forward (its CUDA-event time) and the L2 flush, with
+the protocol's own calls per trial (``protocol_calls``; ``harness_overhead_us_20_calls``: 20 a batch,
+as first measured) and, on CUDA, again with the inputs and flush as a captured graph
+(``harness_overhead_us_graphed``, EvalConfig.graph_inputs).
 
 Run M (docs/reproduction/h100.md) spent 706 s timing 161 rows, of which 82 s were the timed calls and
 624 s everything around them (median 1.35 ms a call): this script says which step that is.
@@ -27,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.probes import Fingerprints, fingerprint, flatten  # noqa: E402
 from cudal1.evaluator.worker import Worker  # noqa: E402
 from cudal1.evaluator.workers import new_seed  # noqa: E402
@@ -44,16 +48,22 @@ def _median_ms(step: Callable[[], Any], sync: Callable[[], None], repeats: int) 
     return statistics.median(times)
 
 
-def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, float]:
-    """Median ms of each step of one timed call, the forward included for scale: the worker's own
-    methods, on the problem's reference (trusted problem code) loaded as the worker loads it."""
+def _load(problem: Problem, device: torch.device, graph_inputs: bool = False) -> Worker:
     with tempfile.TemporaryDirectory(prefix="cudal1-overhead-") as tmp:
         path = Path(tmp) / "reference.py"
         path.write_text(problem.source)
         worker = Worker(str(device), 1, flush_l2=True)
-        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})
+        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0,
+                             "graph_inputs": graph_inputs})
         if not reply.get("ok"):
             raise RuntimeError(f"reference did not load: {reply}")
+    return worker
+
+
+def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, float]:
+    """Median ms of each step of one timed call, the forward included for scale: the worker's own
+    methods, on the problem's reference (trusted problem code) loaded as the worker loads it."""
+    worker = _load(problem, device)
     cuda = device.type == "cuda"
     sync = worker._sync
     x = worker._inputs_for(1234)
@@ -85,10 +95,31 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
         result = {name: round(_median_ms(step, sync, repeats), 4) for name, step in steps.items()}
     # l2_flush already holds the persisting reset: count it once
     result["outside_forward"] = round(sum(v for k, v in result.items() if k not in ("forward", "l2_persisting_reset")), 4)
-    result |= batch_overhead(worker, calls=max(repeats, 20))
+    # The overhead with the protocol's own calls per trial (what an evaluation pays: per-batch costs are
+    # spread over that many calls), and with 20 calls a batch as measured before.
+    calls = protocol_calls(worker)
+    result |= batch_overhead(worker, calls=calls) | {"protocol_calls": calls}
+    result["harness_overhead_us_20_calls"] = batch_overhead(worker, calls=20)["harness_overhead_us"]
     result["loop_us"] = loop_breakdown(worker, calls=max(repeats, 20) * 5)
     result["input_plan"] = worker.plan is not None
+    if cuda and worker.plan is not None:  # the same reference with the inputs and flush as a captured graph
+        del worker
+        torch.cuda.empty_cache()
+        graphed = _load(problem, device, graph_inputs=True)
+        result["graphed"] = graphed.graphed is not None
+        if graphed.graphed is not None:
+            result["harness_overhead_us_graphed"] = batch_overhead(graphed, calls=protocol_calls(graphed))["harness_overhead_us"]
     return result
+
+
+def protocol_calls(worker: Worker, target_trial_ms: float = EvalConfig.target_trial_ms,
+                   min_iters: int = EvalConfig.min_iters, max_iters: int = EvalConfig.max_iters) -> int:
+    """Calls per trial as the parent chooses them (cudal1.evaluator.core._calibrate): from the fastest
+    whole call of a two-call batch, harness included, so a trial lasts about target_trial_ms."""
+    reply = worker.time_trial({"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed(), new_seed()],
+                               "spot": [], "print_key": new_seed()})
+    slowest = max(min(reply["ms"]), min(reply.get("call_ms") or [0.0]), 1e-3)
+    return int(min(max_iters, max(min_iters, target_trial_ms // slowest)))
 
 
 def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
@@ -210,6 +241,10 @@ def main() -> None:
         report["_summary"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                               "problems": len(overheads),
                               "harness_overhead_us_median": round(statistics.median(overheads), 1)}
+        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_graphed", "protocol_calls"):
+            values = [r[key] for r in report.values() if key in r]
+            if values:
+                report["_summary"][f"{key}_median"] = round(statistics.median(values), 1)
         print("summary", report["_summary"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

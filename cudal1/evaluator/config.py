@@ -48,6 +48,9 @@ class EvalConfig:
     spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
     spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
+    # CUDA only: each timed call's inputs and L2 flush replayed as one captured graph (cudal1/evaluator/
+    # graphed.py), checked bit-identical to the eager draws at load; off until measured on a GPU.
+    graph_inputs: bool = False
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
@@ -120,7 +123,8 @@ class EvalConfig:
 
     def measurement_dict(self) -> dict[str, Any]:
         """The fields that decide a measurement (bounds and the device index are excluded)."""
-        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb"}
+        # graph_inputs changes how the harness makes the same (bit-identical) inputs, not what is measured
+        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property

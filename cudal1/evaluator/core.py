@@ -289,7 +289,7 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig) ->
     worker.wait_ready(config.load_timeout_s)
     return worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                         "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
-                        "module_file": module_file(worker)},
+                        "module_file": module_file(worker), "graph_inputs": config.graph_inputs},
                        config.build_timeout_s + config.load_timeout_s)
 
 
@@ -335,6 +335,8 @@ def evaluate_candidate(
         reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
         _check_reply(reply, "load")
         _check_integrity(reply, worker, run.flags)
+        if reply.get("graphed") and reference.graphed:
+            run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
         result = replace(result, build_s=reply.get("build_s"))
         build_error = (reply.get("builds") or {}).get("first_error")
         phase = time.perf_counter()

@@ -64,14 +64,18 @@ class L2Flush:
     def __call__(self) -> None:
         if not self.enabled:
             return
-        if self.driver is not None and self._persisting():
+        self.reset_persisting()
+        assert self.buf is not None
+        self.buf.zero_()
+
+    def reset_persisting(self) -> None:
+        """The driver's half of the flush (the zeroing may be part of a captured graph, this cannot)."""
+        if self.enabled and self.driver is not None and self._persisting():
             # CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06; then evict every persisting line. Once a program
             # has set aside persisting L2, this runs before every call from then on.
             self.touched = True
             self.driver.cuCtxSetLimit(0x06, 0)
             self.driver.cuCtxResetPersistingL2Cache()
-        assert self.buf is not None
-        self.buf.zero_()
 
     def _persisting(self) -> bool:
         """Whether persisting L2 was ever set aside in this process (a host-side query, no device work:
@@ -135,6 +139,8 @@ class Fingerprints:
         self.patterns: dict[int, torch.Tensor] = {}  # int8 +-1, by output size
         self.layout: tuple[Any, ...] | None = None
         self.stage: list[torch.Tensor] = []  # per tensor output: [rows, numel]
+        self.rows: list[tuple[torch.Tensor, ...]] = []  # per tensor output: its staging rows
+        self.capacity = 0  # calls the current staging buffers hold
         self.seeds: list[int] = []  # of the staged calls
         self.first = 0  # index of the first staged call
 
@@ -155,7 +161,7 @@ class Fingerprints:
                 numels.append(1.0)
                 layout.append(None)
                 continue
-            x = o.detach()
+            x = o.detach() if o.requires_grad else o
             if x.is_complex():
                 x = torch.view_as_real(x)
             dtype = x.dtype if x.is_floating_point() else torch.float64
@@ -164,14 +170,16 @@ class Fingerprints:
             layout.append((x.numel(), dtype))
         self.numels.append(numels)
         key = tuple(layout)
-        if key != self.layout or len(self.seeds) == self._rows():
+        if key != self.layout or len(self.seeds) == self.capacity:
             self._flush()
             self.layout, self.first = key, call
             self.stage = [torch.empty((self._rows(), n), dtype=d, device=self.device) for n, d in
                           (entry for entry in layout if entry is not None)]
+            self.capacity = self._rows()
+            self.rows = [buf.unbind(0) for buf in self.stage]  # every row's view made in one call, not one per call
         row = len(self.seeds)
-        for buf, x in zip(self.stage, tensors):
-            buf[row].view(x.shape).copy_(x)  # one launch, strides and integer -> float64 included
+        for rows, x in zip(self.rows, tensors):
+            rows[row].view(x.shape).copy_(x)  # one launch, strides and integer -> float64 included
         self.seeds.append(seed)
 
     def _rows(self) -> int:

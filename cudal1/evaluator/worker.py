@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import extensions, inputs, probes, transport
+from cudal1.evaluator import extensions, graphed, inputs, probes, transport
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -55,6 +55,7 @@ _GUARDED = {
     "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
     "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
     "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
+    "torch.cuda.CUDAGraph.replay": lambda: torch.cuda.CUDAGraph.replay,
     "torch.allclose": lambda: torch.allclose,
     "torch.equal": lambda: torch.equal,
     "torch.save": lambda: torch.save,
@@ -106,8 +107,9 @@ def _own_code() -> dict[str, Any]:
     names.update({f"worker.{n}": getattr(module, n) for n in _PROBES})
     names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
-    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting")})
+    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting")})
     names["InputPlan.draw"] = inputs.InputPlan.draw
+    names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
     names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern", "_flush", "_rows")})
     return names
 
@@ -135,6 +137,7 @@ class Worker:
         self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
         self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
         self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
+        self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -174,6 +177,10 @@ class Worker:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         self.l2 = L2Flush(self.device, self.flush_l2)
+        self.graphed = None
+        if msg.get("graph_inputs") and self.plan is not None:
+            self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator,
+                                           self.l2.buf if self.l2.enabled else None)
         self._snapshot()
         if msg["role"] == "candidate":
             if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
@@ -194,7 +201,8 @@ class Worker:
             model = model.to(self.device)
         self.model = model
         self._sync()
-        return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s}
+        return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
+                "graphed": self.graphed is not None}
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU
@@ -280,9 +288,10 @@ class Worker:
         forward, device sync. What the harness adds per call is queued on the device without a host
         round trip (fingerprints land in device memory, CUDA events are read once after the batch), so
         the host is free to launch the next call's inputs while the device works."""
-        for seed in msg["warmup_seeds"]:
-            self._forward(self._inputs_for(seed))
         cuda = self.device.type == "cuda"
+        graph = self.graphed if cuda else None
+        for seed in msg["warmup_seeds"]:
+            self._forward(graph.draw(seed) if graph is not None else self._inputs_for(seed))
         assert self.l2 is not None
         self.l2.heat()
         self._sync()
@@ -305,8 +314,12 @@ class Worker:
         call_ms: list[float] = []  # each call with the harness's work around it, on the host's clock
         for i, seed in enumerate(seeds):
             call_t0 = time.perf_counter()
-            inputs = self._inputs_for(seed)
-            self.l2()
+            if graph is not None:
+                self.l2.reset_persisting()
+                inputs = graph.draw(seed)  # the draws, then the L2 flush: one launch
+            else:
+                inputs = self._inputs_for(seed)
+                self.l2()
             self._sync()  # device idle: no harness work or earlier call overlaps the timed region
             if cuda:
                 events[i][0].record()
@@ -333,6 +346,11 @@ class Worker:
             del out, inputs, outputs
             call_ms.append((time.perf_counter() - call_t0) * 1e3)
         ms = timed()
+        if graph is not None and not graph.intact():
+            self.graphed = None  # the graph writes where the inputs no longer are: eager from here on
+            return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": [
+                "an input's storage was replaced or resized during the timed calls (later calls would "
+                "have seen stale inputs)"]}
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
         return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
                 "call_ms": call_ms} | shipped

@@ -164,6 +164,7 @@ class ReferenceSession:
         self.path.write_text(problem.source)
         self.worker = WorkerProcess(worker_spec(config, problem), self.root / "reference", "reference")
         self.build_s = 0.0
+        self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
         self._loaded = False
         self._failure = ""
         self._lock = threading.Lock()  # a batch may load it ahead from another thread
@@ -183,7 +184,8 @@ class ReferenceSession:
         try:
             self.worker.wait_ready(self.config.load_timeout_s)
             reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
-                                      "init_seed": self.init_seed}, self.config.build_timeout_s)
+                                      "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs},
+                                     self.config.build_timeout_s)
         except WorkerFailure as exc:
             self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
         else:
@@ -193,6 +195,7 @@ class ReferenceSession:
             self.close()
             raise ReferenceError(self._failure)
         self.build_s = reply.get("build_s", 0.0)
+        self.graphed = bool(reply.get("graphed"))
         self._loaded = True
 
     def records(self, seeds: list[int]) -> list[dict[str, Any]]:

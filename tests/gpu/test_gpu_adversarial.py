@@ -7,6 +7,7 @@ cudal1 core. Fixtures live in ``tests/gpu/fixtures`` (problems/ and candidates/)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
@@ -88,8 +89,9 @@ def load_candidate(case: GpuCase) -> Candidate:
 
 @pytest.fixture(scope="module")
 def config() -> EvalConfig:
+    # CUDAL1_GRAPH_INPUTS=1: the whole suite again with the timed calls' inputs from the captured graph
     return EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20,
-                      run_timeout_s=60, build_timeout_s=300)
+                      run_timeout_s=60, build_timeout_s=300, graph_inputs=os.environ.get("CUDAL1_GRAPH_INPUTS") == "1")
 
 
 _CACHE: dict[tuple[str, bool], Evaluation] = {}

@@ -85,3 +85,55 @@ def test_timed_batch_reports_one_event_time_per_call() -> None:
     assert statistics.median(reply["ms"]) > 0
     again = worker.time_trial({"cmd": "time", "warmup_seeds": [], "seeds": seeds, "spot": [], "print_key": 9})
     assert again["fingerprints"] == reply["fingerprints"]  # deterministic given the seeds and key
+
+
+def _graphed_worker(source: str) -> Worker:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "reference.py"
+        path.write_text(source)
+        worker = Worker("cuda:0", 1, flush_l2=True)
+        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0, "graph_inputs": True})
+        assert reply["ok"]
+    return worker
+
+
+@pytest.mark.parametrize("problem", load_starter_suite()[:8], ids=lambda p: p.problem_id)
+def test_graphed_inputs_are_the_eager_draws_and_flush(problem) -> None:
+    """A replay of the captured graph gives, for every seed, the eager plan's inputs bit for bit, and
+    zeroes the L2 buffer; where the plan is absent there is no graph."""
+    worker = _graphed_worker(problem.source)
+    if worker.plan is None:
+        assert worker.graphed is None
+        return
+    assert worker.graphed is not None, f"{problem.problem_id}: no graph for a plan of device draws"
+    assert worker.l2 is not None and worker.l2.buf is not None
+    for seed in (3, 4, 2**31 - 5):
+        worker.l2.buf.fill_(1.0)
+        replayed = [x.clone() if isinstance(x, torch.Tensor) else x for x in worker.graphed.draw(seed)]
+        torch.cuda.synchronize()
+        assert float(worker.l2.buf.abs().max()) == 0.0
+        eager = worker.plan.draw(seed, torch.default_generator, worker.generator)
+        for a, b in zip(replayed, eager):
+            assert (torch.equal(a, b) and a.stride() == b.stride()) if isinstance(a, torch.Tensor) else a == b
+
+
+def test_graphed_batch_fingerprints_equal_the_eager_batch() -> None:
+    problem = load_starter_suite()[0]
+    worker = _graphed_worker(problem.source)
+    assert worker.graphed is not None
+    msg = {"cmd": "time", "warmup_seeds": [1], "seeds": list(range(30)), "spot": [], "print_key": 11}
+    graphed = worker.time_trial(msg)
+    worker.graphed = None
+    eager = worker.time_trial(msg)
+    assert graphed["ok"] and not graphed["problems"] and graphed["fingerprints"] == eager["fingerprints"]
+
+
+def test_a_resized_input_is_caught() -> None:
+    """A program that resizes an input's storage moves it away from where the graph writes: the batch is
+    reported, not timed on stale inputs."""
+    worker = _graphed_worker(load_starter_suite()[0].source)
+    graph = worker.graphed
+    assert graph is not None and graph.intact()
+    x = next(t for t in graph.draw(5) if isinstance(t, torch.Tensor))
+    x.resize_(x.numel() * 64)
+    assert not graph.intact()

@@ -1,0 +1,86 @@
+"""A timed call's inputs and L2 flush as one captured CUDA graph: the host's work per call before the
+timed forward becomes a seed and one graph launch, instead of a launch per factory draw and one for the
+flush (each 10-25 us of host time on an H100 host, docs/gpu-runs.md).
+
+The graph replays an :class:`~cudal1.evaluator.inputs.InputPlan` (the reference's ``get_inputs`` as
+factory draws) into tensors that keep their addresses from call to call; every call overwrites all of
+them with the draws of its own seed. Before it is used, :func:`capture` checks on two seeds that a
+replay gives tensors bit-identical to the eager replay (itself checked against ``get_inputs``); when it
+does not, or capture fails, the worker keeps the eager path. After a batch, :meth:`GraphedInputs.intact`
+says whether a program replaced or resized an input's storage (the graph would then write where the
+tensors no longer are): the call that follows would see stale inputs, so the batch is rejected.
+
+Imports torch and the standard library only: the GPU evaluation worker uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cudal1.evaluator.inputs import InputPlan, _identical
+
+
+class GraphedInputs:
+    """Replays a captured graph of a plan's draws (and the L2 flush) for a seed."""
+
+    def __init__(self, graph: Any, made: list[torch.Tensor], plan: InputPlan, cpu_generator: torch.Generator,
+                 device_generator: torch.Generator) -> None:
+        self.graph, self.made, self.plan = graph, made, plan
+        self.cpu_generator, self.device_generator = cpu_generator, device_generator
+        self.storage = [t.untyped_storage().data_ptr() for t in made]
+        self.shapes = [(t.shape, t.stride(), t.storage_offset()) for t in made]
+
+    def draw(self, seed: int) -> list[Any]:
+        """This seed's inputs, and the L2 flush queued behind them. Both generators are seeded as the
+        eager draw seeds them; the replay reads the device generator's seed and advances its offset as
+        the eager draws would, so what runs next sees the same RNG state."""
+        self.cpu_generator.manual_seed(seed)
+        self.device_generator.manual_seed(seed)
+        self.graph.replay()
+        # Fresh tensor objects on the same memory: a program that rebinds or re-strides what it was given
+        # (set_, .data =, as_strided_) changes its own object, not the one the next call hands out.
+        made = [t.detach() for t in self.made]
+        return [made[v] if is_draw else v for is_draw, v in self.plan.items]
+
+    def intact(self) -> bool:
+        """Whether every input still lives where the graph writes it, with its shape."""
+        return all(t.untyped_storage().data_ptr() == p and (t.shape, t.stride(), t.storage_offset()) == s
+                   for t, p, s in zip(self.made, self.storage, self.shapes))
+
+
+def capture(plan: InputPlan, device: torch.device, cpu_generator: torch.Generator,
+            device_generator: torch.Generator | None, flush_buffer: torch.Tensor | None,
+            seeds: tuple[int, int] = (24680, 13579)) -> GraphedInputs | None:
+    """A graph of ``plan``'s draws followed by ``flush_buffer.zero_()``, or None where it cannot stand in
+    for the eager draws: not CUDA, a draw on another device (the eager path copies it), a capture that
+    fails, or a replay that is not bit-identical to the eager draws on both ``seeds``. Runs at load,
+    before any candidate code."""
+    if device.type != "cuda" or device_generator is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if any(kw["device"].type != "cuda" or kw["device"].index != index for _, _, kw in plan.draws):
+        return None
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # first use of each kernel outside the capture, as torch advises
+            plan.draw(seeds[0], cpu_generator, device_generator)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            made = [func(*args, **kwargs) for func, args, kwargs in plan.draws]
+            if flush_buffer is not None:
+                flush_buffer.zero_()
+        graphed = GraphedInputs(graph, made, plan, cpu_generator, device_generator)
+        for seed in seeds:
+            replayed = [x.clone() if isinstance(x, torch.Tensor) else x for x in graphed.draw(seed)]
+            torch.cuda.synchronize(device)
+            if not _identical(replayed, plan.draw(seed, cpu_generator, device_generator)):
+                return None
+        return graphed
+    except Exception:  # noqa: BLE001 - any failure to capture keeps the eager path, which is always correct
+        torch.cuda.synchronize(device)
+        return None
