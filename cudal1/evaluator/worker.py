@@ -301,6 +301,9 @@ class Worker:
             self.events += [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                             for _ in range(len(seeds) - len(self.events))]
         events = self.events[:len(seeds)]
+        # The events' stream, taken once: record() without one builds a Stream object per call. Where a
+        # program switches streams inside a call the events stay right: both sit behind device-wide syncs.
+        stream = torch.cuda.current_stream(self.device) if cuda else None
         host_ms: list[float] = []
         spots: dict[str, Any] = {}
         prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds))
@@ -322,13 +325,13 @@ class Worker:
                 self.l2()
             self._sync()  # device idle: no harness work or earlier call overlaps the timed region
             if cuda:
-                events[i][0].record()
+                events[i][0].record(stream)
             t0 = time.perf_counter()
             out = self._forward(inputs)
             self._sync()  # device-wide: work a candidate left on side streams counts
             t1 = time.perf_counter()
             if cuda:
-                events[i][1].record()
+                events[i][1].record(stream)
             host_ms.append((t1 - t0) * 1e3)
             _, outputs = flatten(out)
             # Every call, before anything touches the output: a plain tensor, or a lazy object whose
