@@ -53,6 +53,7 @@ def main() -> None:
                          "3: a third measurement settles a disagreement, the slowest is kept")
     ap.add_argument("--build-workers", type=int, default=0)
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
+    ap.add_argument("--graph-inputs", action="store_true", help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -68,7 +69,7 @@ def main() -> None:
         candidates += [Candidate(p.problem_id, template_source(p, variant, mode), origin=f"template:{name}")
                        for p in problems]
     config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
-                        recheck_measurements=args.recheck_measurements)
+                        recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     done = [0]
