@@ -161,7 +161,8 @@ def _up_to_date(repo: str, targets: list[str]) -> bool:
 
     try:
         with Repo(repo) as dvc_repo:
-            return not dvc_repo.status(targets or None)
+            # with_deps: a target is stale when a stage it depends on is (`dvc repro` runs that one too)
+            return not dvc_repo.status(targets or None, with_deps=True)
     except Exception:  # no dvc.lock yet, a broken dvc.yaml...: let the flow run and report it
         return False
 

@@ -80,6 +80,29 @@ def test_changed_params_rerun_only_their_stage(pipeline_repo, run_env):
     assert "up to date" in status.stdout
 
 
+def test_a_target_is_stale_when_a_stage_it_depends_on_changed(pipeline_repo, run_env):
+    """`python -m flows.pipeline report` after an augment param changed: DVC must re-run augment and
+    what follows, not answer "up to date" because report's own inputs are unchanged."""
+    repo = pipeline_repo["repo"]
+    params = repo / "params.yaml"
+    original = params.read_text()
+
+    def up_to_date(*targets: str) -> bool:
+        code = f"from flows.pipeline import _up_to_date; print('UP', _up_to_date('.', {list(targets)!r}))"
+        result = run([sys.executable, "-c", code], repo, run_env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return "UP True" in result.stdout
+
+    assert up_to_date("report")
+    try:
+        edit_params(repo, {"augment": {"protocol": {"timing_trials": 9}}})
+        assert not up_to_date("report")
+        assert up_to_date("problems")  # upstream of the change: still up to date
+    finally:
+        params.write_text(original)
+    assert up_to_date("report")
+
+
 def test_mlflow_runs_nest_under_the_pipeline_run(pipeline_repo):
     from mlflow.tracking import MlflowClient
 
