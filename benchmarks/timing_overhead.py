@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
+from cudal1.evaluator.core import calls_per_trial  # noqa: E402
 from cudal1.evaluator.probes import Fingerprints, fingerprint, flatten  # noqa: E402
 from cudal1.evaluator.worker import Worker  # noqa: E402
 from cudal1.evaluator.workers import new_seed  # noqa: E402
@@ -112,14 +113,12 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
     return result
 
 
-def protocol_calls(worker: Worker, target_trial_ms: float = EvalConfig.target_trial_ms,
-                   min_iters: int = EvalConfig.min_iters, max_iters: int = EvalConfig.max_iters) -> int:
-    """Calls per trial as the parent chooses them (cudal1.evaluator.core._calibrate): from the fastest
-    whole call of a two-call batch, harness included, so a trial lasts about target_trial_ms."""
+def protocol_calls(worker: Worker) -> int:
+    """Calls per trial as the parent chooses them under the default protocol (core.calls_per_trial, from
+    a two-call batch), so a trial lasts about target_trial_ms."""
     reply = worker.time_trial({"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed(), new_seed()],
                                "spot": [], "print_key": new_seed()})
-    slowest = max(min(reply["ms"]), min(reply.get("call_ms") or [0.0]), 1e-3)
-    return int(min(max_iters, max(min_iters, target_trial_ms // slowest)))
+    return calls_per_trial(EvalConfig(), [reply])
 
 
 def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:

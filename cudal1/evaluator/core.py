@@ -13,7 +13,7 @@ import secrets
 import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -176,12 +176,17 @@ def _calibrate(run: _Run) -> int:
            "spot": []}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = _time_candidate(run, msg)
-    # A call's cost is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed
-    # forward alone: where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of
-    # work around a 0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls,
-    # as for the forward: a worker's first timed call also pays first-use costs.
-    per_call = [min(r.get("call_ms") or [0.0]) for r in (ref, cand)]
-    slowest = max(min(ref["ms"]), min(cand["ms"]), *per_call, 1e-3)
+    return calls_per_trial(cfg, [ref, cand])
+
+
+def calls_per_trial(cfg: EvalConfig, replies: Sequence[dict[str, Any]]) -> int:
+    """Calls per trial from short timed batches' replies (``ms`` and ``call_ms`` per call). A call's cost
+    is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed forward alone:
+    where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of work around a
+    0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls, as for the
+    forward: a worker's first timed call also pays first-use costs."""
+    per_call = [min(r.get("call_ms") or [0.0]) for r in replies]
+    slowest = max(*(min(r["ms"]) for r in replies), *per_call, 1e-3)
     return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
 
 

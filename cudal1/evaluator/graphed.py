@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator.inputs import InputPlan, _identical
+from cudal1.evaluator.inputs import InputPlan, identical
 
 
 class GraphedInputs:
@@ -78,7 +78,7 @@ def capture(plan: InputPlan, device: torch.device, cpu_generator: torch.Generato
         for seed in seeds:
             replayed = [x.clone() if isinstance(x, torch.Tensor) else x for x in graphed.draw(seed)]
             torch.cuda.synchronize(device)
-            if not _identical(replayed, plan.draw(seed, cpu_generator, device_generator)):
+            if not identical(replayed, plan.draw(seed, cpu_generator, device_generator)):
                 return None
         return graphed
     except Exception:  # noqa: BLE001 - any failure to capture keeps the eager path, which is always correct

@@ -92,7 +92,7 @@ def _plan(calls: list[tuple[Any, tuple, dict, Any]], result: Any) -> InputPlan |
     return InputPlan(tuple(draws), tuple(items), isinstance(result, list))
 
 
-def _identical(a: list[Any], b: list[Any]) -> bool:
+def identical(a: list[Any], b: list[Any]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -132,6 +132,6 @@ def record(get_inputs: Any, device: torch.device, cpu_generator: torch.Generator
     if plan is None:
         return None
     for seed in seeds:
-        if not _identical(plan.draw(seed, cpu_generator, device_generator), original(seed)):
+        if not identical(plan.draw(seed, cpu_generator, device_generator), original(seed)):
             return None
     return plan

@@ -173,9 +173,9 @@ class Fingerprints:
         if key != self.layout or len(self.seeds) == self.capacity:
             self._flush()
             self.layout, self.first = key, call
-            self.stage = [torch.empty((self._rows(), n), dtype=d, device=self.device) for n, d in
-                          (entry for entry in layout if entry is not None)]
             self.capacity = self._rows()
+            self.stage = [torch.empty((self.capacity, n), dtype=d, device=self.device) for n, d in
+                          (entry for entry in layout if entry is not None)]
             self.rows = [buf.unbind(0) for buf in self.stage]  # every row's view made in one call, not one per call
         row = len(self.seeds)
         for rows, x in zip(self.rows, tensors):

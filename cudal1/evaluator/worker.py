@@ -289,7 +289,7 @@ class Worker:
         round trip (fingerprints land in device memory, CUDA events are read once after the batch), so
         the host is free to launch the next call's inputs while the device works."""
         cuda = self.device.type == "cuda"
-        graph = self.graphed if cuda else None
+        graph = self.graphed  # captured on CUDA only
         for seed in msg["warmup_seeds"]:
             self._forward(graph.draw(seed) if graph is not None else self._inputs_for(seed))
         assert self.l2 is not None
