@@ -11,8 +11,8 @@
 # overhead   benchmarks/timing_overhead.py on a few release references -> $OUT/overhead.json
 # evalone    one `cudal1 evaluate-one` of an elementwise program, wall clock -> $OUT/evaluate_one.json
 # gpu-tests  the GPU adversarial suite (tests/gpu) -> $OUT/gpu-tests.log
-# gpu-tests-graph  the same suite with EvalConfig.graph_inputs on -> $OUT/gpu-tests-graph.log
-# (GRAPH_INPUTS=1 runs sample/cold/release with it too)
+# gpu-tests-eager  the same suite with EvalConfig.graph_inputs off -> $OUT/gpu-tests-eager.log
+# (EXTRA="--no-graph-inputs --clock events --trial-ms 20" passes release_eval.py options to sample/cold/release)
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
 # cold       LIMIT rows, cold build cache only -> $OUT/cold
 # release    every row, cold, then again warm -> $OUT/cold, $OUT/warm
@@ -33,14 +33,14 @@ release_pair() {  # name limit-args...: a cold run, then the same rows warm
   local name=$1; shift
   rm -rf /tmp/cudal1-extensions
   stamp "$name cold"
-  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${GRAPH_INPUTS:+--graph-inputs} \
+  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
     --out "$OUT/$name-cold" "$@" > "$OUT/$name-cold.log" 2>&1
   pkill -9 -f cudal1.evaluator.worker
   tail -n 1 "$OUT/$name-cold.log"
   rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
     "$OUT/$name-cold/results.jsonl")
   stamp "$name warm"
-  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${GRAPH_INPUTS:+--graph-inputs} \
+  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
     --out "$OUT/$name-warm" --rows "$rows" --agree-with "$OUT/$name-cold/results.jsonl" > "$OUT/$name-warm.log" 2>&1
   pkill -9 -f cudal1.evaluator.worker
   tail -n 1 "$OUT/$name-warm.log"
@@ -75,16 +75,16 @@ for step in ${STEPS:-overhead}; do
     gpu-tests)
       stamp gpu-tests
       python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
-    gpu-tests-graph)
-      stamp gpu-tests-graph
-      CUDAL1_GRAPH_INPUTS=1 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests-graph.log" 2>&1
-      tail -n 5 "$OUT/gpu-tests-graph.log" ;;
+    gpu-tests-eager)
+      stamp gpu-tests-eager
+      CUDAL1_GRAPH_INPUTS=0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests-eager.log" 2>&1
+      tail -n 5 "$OUT/gpu-tests-eager.log" ;;
     sample)
       release_pair sample --limit "${LIMIT:-36}" ;;
     cold)  # LIMIT rows, cold build cache only (with CUDAL1_TIMING_TRACE=1: per-trial details in extra)
       rm -rf /tmp/cudal1-extensions
       stamp "cold ${LIMIT:-36}"
-      timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${GRAPH_INPUTS:+--graph-inputs} \
+      timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
         --out "$OUT/cold" ${ROWS:+--rows "$ROWS"} --limit "${LIMIT:-36}" > "$OUT/cold.log" 2>&1
       pkill -9 -f cudal1.evaluator.worker; tail -n 1 "$OUT/cold.log" ;;
     release)

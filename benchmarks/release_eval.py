@@ -53,7 +53,10 @@ def main() -> None:
                          "3: a third measurement settles a disagreement, the slowest is kept")
     ap.add_argument("--build-workers", type=int, default=0)
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
-    ap.add_argument("--graph-inputs", action="store_true", help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
+    ap.add_argument("--graph-inputs", action=argparse.BooleanOptionalAction, default=EvalConfig.graph_inputs,
+                    help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
+    ap.add_argument("--clock", choices=("host", "events"), default=EvalConfig.clock, help="EvalConfig.clock")
+    ap.add_argument("--trial-ms", type=float, default=EvalConfig.target_trial_ms, help="EvalConfig.target_trial_ms")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -69,7 +72,8 @@ def main() -> None:
         candidates += [Candidate(p.problem_id, template_source(p, variant, mode), origin=f"template:{name}")
                        for p in problems]
     config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
-                        recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs)
+                        recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
+                        clock=args.clock, target_trial_ms=args.trial_ms)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     done = [0]

@@ -1,10 +1,11 @@
 """Where a timed call's time goes besides the program itself: each step of the worker's timed loop
 (cudal1/evaluator/worker.py, time_trial) timed on its own, in one process, for chosen problems; and the
 harness overhead per call as the protocol pays it: the wall clock of a whole timed batch
-(``Worker.time_trial``) per call, less the timed forward (its CUDA-event time) and the L2 flush, with
+(``Worker.time_trial``) per call, less the timed forward (as the protocol times it) and the L2 flush, with
 the protocol's own calls per trial (``protocol_calls``; ``harness_overhead_us_20_calls``: 20 a batch,
-as first measured) and, on CUDA, again with the inputs and flush as a captured graph
-(``harness_overhead_us_graphed``, EvalConfig.graph_inputs).
+as first measured), on the default EvalConfig (inputs and flush as a captured graph, the host's clock);
+on CUDA also the earlier loop (eager inputs, CUDA events: ``harness_overhead_us_eager_events``) and the
+host cost of single torch calls (``primitives_us``).
 
 Run M (docs/reproduction/h100.md) spent 706 s timing 161 rows, of which 82 s were the timed calls and
 624 s everything around them (median 1.35 ms a call): this script says which step that is.
@@ -96,20 +97,24 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
         result = {name: round(_median_ms(step, sync, repeats), 4) for name, step in steps.items()}
     # l2_flush already holds the persisting reset: count it once
     result["outside_forward"] = round(sum(v for k, v in result.items() if k not in ("forward", "l2_persisting_reset")), 4)
-    # The overhead with the protocol's own calls per trial (what an evaluation pays: per-batch costs are
-    # spread over that many calls), and with 20 calls a batch as measured before.
+    # The overhead as an evaluation pays it: the default EvalConfig (inputs and flush as a captured graph
+    # where one stands in, the host's clock), the protocol's own calls per trial (per-batch costs spread
+    # over that many calls); then 20 calls a batch as first measured, and eager inputs with CUDA events
+    # (the loop before the graph and the host clock) for comparison.
+    del worker
+    if cuda:
+        torch.cuda.empty_cache()
+    worker = _load(problem, device, graph_inputs=True)
+    result["graphed"] = worker.graphed is not None
     calls = protocol_calls(worker)
     result |= batch_overhead(worker, calls=calls) | {"protocol_calls": calls}
     result["harness_overhead_us_20_calls"] = batch_overhead(worker, calls=20)["harness_overhead_us"]
     result["loop_us"] = loop_breakdown(worker, calls=max(repeats, 20) * 5)
     result["input_plan"] = worker.plan is not None
-    if cuda and worker.plan is not None:  # the same reference with the inputs and flush as a captured graph
-        del worker
-        torch.cuda.empty_cache()
-        graphed = _load(problem, device, graph_inputs=True)
-        result["graphed"] = graphed.graphed is not None
-        if graphed.graphed is not None:
-            result["harness_overhead_us_graphed"] = batch_overhead(graphed, calls=protocol_calls(graphed))["harness_overhead_us"]
+    if cuda:
+        worker.graphed = None
+        result["harness_overhead_us_eager_events"] = batch_overhead(worker, calls=calls, clock="events")["harness_overhead_us"]
+        result["primitives_us"] = primitives()
     return result
 
 
@@ -121,14 +126,42 @@ def protocol_calls(worker: Worker) -> int:
     return calls_per_trial(EvalConfig(), [reply])
 
 
+def primitives(repeats: int = 2000) -> dict[str, float]:
+    """The host's cost of single torch calls the timed loop is made of, median microseconds: what a loop
+    of such calls can cost at least on this machine."""
+    x, y = torch.zeros(16, device="cuda"), torch.zeros(16, device="cuda")
+    ev = torch.cuda.Event(enable_timing=True)
+    stream = torch.cuda.current_stream()
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y.zero_()
+    calls: dict[str, Callable[[], Any]] = {
+        "perf_counter": time.perf_counter, "event_record": lambda: ev.record(stream),
+        "cuda_synchronize": torch.cuda.synchronize, "raw_synchronize": torch._C._cuda_synchronize,
+        "copy_16": lambda: y.copy_(x), "zero_16": y.zero_, "manual_seed_cuda": lambda: gen.manual_seed(5),
+        "graph_replay": graph.replay, "detach": x.detach, "no_grad_enter_exit": lambda: torch.no_grad().__enter__(),
+    }
+    out = {}
+    for name, call in calls.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        out[name] = round(statistics.median(times) * 1e6, 2)
+    return out
+
+
 def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
     """The host's time in each step of the timed loop, in the loop's own order (as Worker.time_trial
-    runs it), median microseconds over ``calls``: where the harness overhead is spent. A sync step
-    also holds the device work queued before it (inputs, the L2 flush; the forward)."""
+    runs it on the default config: graphed inputs where captured, the host's clock), median microseconds
+    over ``calls``: where the harness overhead is spent. A sync step also holds the device work queued
+    before it (inputs, the L2 flush; the forward)."""
     cuda = worker.device.type == "cuda"
-    flush = worker.l2
-    assert flush is not None
-    start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (None, None)
+    flush, graph, model = worker.l2, worker.graphed, worker.model
+    assert flush is not None and model is not None
     prints = Fingerprints(worker.device, new_seed(), calls=calls)
     steps: dict[str, list[float]] = {}
     seeds = [new_seed() for _ in range(calls)]
@@ -138,36 +171,37 @@ def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
     def mark(name: str) -> None:
         stamps.append((name, time.perf_counter()))
 
-    for seed in seeds:
-        stamps[:] = [("", time.perf_counter())]
-        x = worker._inputs_for(seed)
-        mark("inputs")
-        if cuda:
-            flush._persisting()
-            mark("persisting_query")
-        flush()
-        mark("l2_flush_call")
-        worker._sync()
-        mark("sync_before")
-        if start is not None:
-            start.record()
-        mark("event_start")
-        out = worker._forward(x)
-        mark("forward_launch")
-        worker._sync()
-        mark("sync_after")
-        if end is not None:
-            end.record()
-        mark("event_end")
-        _, outputs = flatten(out)
-        fake = [o for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
-        mark("flatten_check")
-        prints.add(outputs, seed)
-        mark("fingerprint_stage")
-        del out, x, outputs, fake
-        mark("release")
-        for (_, t0), (name, t1) in zip(stamps, stamps[1:]):
-            steps.setdefault(name, []).append((t1 - t0) * 1e6)
+    with torch.no_grad():
+        for seed in seeds:
+            stamps[:] = [("", time.perf_counter())]
+            if graph is not None:
+                flush.reset_persisting()
+                mark("persisting_query")
+                x = graph.draw(seed)
+                mark("graph_inputs_and_flush")
+            else:
+                x = worker._inputs_for(seed)
+                mark("inputs")
+                if cuda:
+                    flush._persisting()
+                    mark("persisting_query")
+                flush()
+                mark("l2_flush_call")
+            worker._sync()
+            mark("sync_before")
+            out = model(*x)
+            mark("forward_launch")
+            worker._sync()
+            mark("sync_after")
+            _, outputs = flatten(out)
+            fake = [o for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
+            mark("flatten_check")
+            prints.add(outputs, seed)
+            mark("fingerprint_stage")
+            del out, x, outputs, fake
+            mark("release")
+            for (_, t0), (name, t1) in zip(stamps, stamps[1:]):
+                steps.setdefault(name, []).append((t1 - t0) * 1e6)
     t0 = time.perf_counter()
     prints.values()
     medians = {k: round(statistics.median(v), 1) for k, v in steps.items()}
@@ -175,7 +209,7 @@ def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
     return medians
 
 
-def batch_overhead(worker: Worker, calls: int, batches: int = 5) -> dict[str, float]:
+def batch_overhead(worker: Worker, calls: int, batches: int = 5, clock: str = "host") -> dict[str, float]:
     """The protocol's own timed batch, as the parent sends it: wall clock per call minus the timed
     forward and the L2 flush (what the harness adds beside them), median over batches."""
     cuda = worker.device.type == "cuda"
@@ -193,7 +227,7 @@ def batch_overhead(worker: Worker, calls: int, batches: int = 5) -> dict[str, fl
     per_call, forward, overhead = [], [], []
     for _ in range(batches):
         msg = {"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed() for _ in range(calls)],
-               "spot": [], "print_key": new_seed()}
+               "spot": [], "print_key": new_seed(), "clock": clock}
         worker.time_trial(msg | {"seeds": msg["seeds"][:2]})  # warm-up batch: first-call effects out
         t0 = time.perf_counter()
         reply = worker.time_trial(msg)
@@ -240,7 +274,7 @@ def main() -> None:
         report["_summary"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                               "problems": len(overheads),
                               "harness_overhead_us_median": round(statistics.median(overheads), 1)}
-        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_graphed", "protocol_calls"):
+        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_eager_events", "protocol_calls"):
             values = [r[key] for r in report.values() if key in r]
             if values:
                 report["_summary"][f"{key}_median"] = round(statistics.median(values), 1)

@@ -49,8 +49,13 @@ class EvalConfig:
     spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
     # CUDA only: each timed call's inputs and L2 flush replayed as one captured graph (cudal1/evaluator/
-    # graphed.py), checked bit-identical to the eager draws at load; off until measured on a GPU.
-    graph_inputs: bool = False
+    # graphed.py), checked bit-identical to the eager draws at load (tests/gpu passed with it on the H100,
+    # docs/gpu-runs.md#2026-11-25-graph); the eager path stays wherever the graph cannot stand in.
+    graph_inputs: bool = True
+    # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
+    # forward; "events", CUDA events recorded around them, which add their own record latency to every
+    # call (~20 us on the H100 host). A CPU device always uses the host's clock.
+    clock: str = "host"
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
@@ -89,6 +94,8 @@ class EvalConfig:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):
             raise ValueError(f"tolerance={self.tolerance}: pass a number in (0, 1), e.g. 1e-2")
+        if self.clock not in ("host", "events"):
+            raise ValueError(f"clock={self.clock!r}: use 'host' or 'events'")
         if self.degenerate_policy not in ("flag", "reject"):
             raise ValueError(f"degenerate_policy={self.degenerate_policy!r}: use 'flag' or 'reject'")
         for name in ("build_timeout_s", "load_timeout_s", "run_timeout_s"):

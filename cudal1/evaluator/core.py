@@ -173,7 +173,7 @@ def _candidate_payload(reply: dict[str, Any], path: Path, run: _Run, what: str) 
 def _calibrate(run: _Run) -> int:
     cfg = run.config
     msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
-           "spot": []}
+           "spot": [], "clock": cfg.clock}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = _time_candidate(run, msg)
     return calls_per_trial(cfg, [ref, cand])
@@ -202,7 +202,7 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed()}
+           "print_key": new_seed(), "clock": cfg.clock}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     if reference_first:

@@ -162,29 +162,33 @@ class Fingerprints:
                 layout.append(None)
                 continue
             x = o.detach() if o.requires_grad else o
-            if x.is_complex():
+            dtype = x.dtype
+            if dtype.is_complex:
                 x = torch.view_as_real(x)
-            dtype = x.dtype if x.is_floating_point() else torch.float64
+                dtype = x.dtype
+            shape = x.shape
+            n = shape.numel()
             tensors.append(x)
-            numels.append(float(x.numel()))
-            layout.append((x.numel(), dtype))
+            numels.append(float(n))
+            layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64))
         self.numels.append(numels)
         key = tuple(layout)
         if key != self.layout or len(self.seeds) == self.capacity:
             self._flush()
             self.layout, self.first = key, call
             self.capacity = self._rows()
-            self.stage = [torch.empty((self.capacity, n), dtype=d, device=self.device) for n, d in
-                          (entry for entry in layout if entry is not None)]
-            self.rows = [buf.unbind(0) for buf in self.stage]  # every row's view made in one call, not one per call
+            entries = [entry for entry in layout if entry is not None]
+            self.stage = [torch.empty((self.capacity, n), dtype=d, device=self.device) for _, n, d in entries]
+            # Every row's view, in the outputs' own shape, made once per buffer rather than once per call.
+            self.rows = [buf.view(self.capacity, *shape).unbind(0) for buf, (shape, _, _) in zip(self.stage, entries)]
         row = len(self.seeds)
         for rows, x in zip(self.rows, tensors):
-            rows[row].view(x.shape).copy_(x)  # one launch, strides and integer -> float64 included
+            rows[row].copy_(x)  # one launch, strides and integer -> float64 included
         self.seeds.append(seed)
 
     def _rows(self) -> int:
         """Calls a staging buffer holds: the batch, within stage_bytes (the sums need as much again)."""
-        per_call = sum(n * d.itemsize for n, d in (e for e in (self.layout or ()) if e is not None))
+        per_call = sum(n * d.itemsize for _, n, d in (e for e in (self.layout or ()) if e is not None))
         return max(1, min(self.calls, self.stage_bytes // max(1, 2 * per_call)))
 
     def _flush(self) -> None:
