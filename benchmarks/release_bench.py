@@ -68,9 +68,15 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
 
 
 def run_summary(run: Path) -> dict[str, Any]:
-    """release_eval.py's summary; for a run stopped by its time limit (no summary written), the last
-    progress line of its log (``[n/N  t s] ...``): n evaluations in t seconds, marked partial."""
-    path = run / "summary.json"
+    """release_eval.py's summary. A run made in several calls (benchmarks/release_resume.sh, each call
+    resuming the last) has its calls in ``calls.jsonl``: its wall is their sum, the time a call spent
+    on a row it did not finish included. A run stopped by its time limit (no summary written): the last
+    progress line of its log (``[n/N  t s] ...``), n evaluations in t seconds, marked partial."""
+    calls_path, path = run / "calls.jsonl", run / "summary.json"
+    if calls_path.exists():
+        calls = [json.loads(line) for line in calls_path.read_text().splitlines() if line.strip()]
+        return {"evaluations": calls[-1]["evaluations_after"], "wall_s": sum(c["wall_s"] for c in calls),
+                "calls": len(calls), "partial": bool(calls[-1].get("stopped_by_limit"))}
     if path.exists():
         return json.loads(path.read_text())
     log = run.with_name(run.name + ".log")
@@ -122,6 +128,8 @@ def main() -> None:
     ap.add_argument("--rl", type=Path, help="benchmarks/learning_gpu.py's last JSON line")
     ap.add_argument("--command", required=True, help="the command that made the runs, recorded as is")
     ap.add_argument("--date", default=dt.date.today().isoformat())
+    ap.add_argument("--keep-from", type=Path, help="an earlier JSON of this script: its evaluate_one_wall_s "
+                    "and rl_eval_share are kept (with their date) where this run did not measure them")
     ap.add_argument("--json", required=True, type=Path)
     ap.add_argument("--table", required=True, type=Path)
     args = ap.parse_args()
@@ -161,6 +169,14 @@ def main() -> None:
     if args.rl:
         epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
         figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+    if args.keep_from:
+        earlier = json.loads(args.keep_from.read_text())
+        for key in ("harness_overhead_us_median", "evaluate_one_wall_s", "rl_eval_share"):
+            if figures[key] is None and earlier.get(key) is not None:
+                figures[key] = earlier[key]
+                figures["details"].setdefault("kept_from", {})[key] = earlier.get("date")
+    figures["details"]["cold_calls"] = run_summary(args.cold).get("calls", 1)
+    figures["details"]["warm_calls"] = run_summary(args.warm).get("calls", 1)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "details"}))

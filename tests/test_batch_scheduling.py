@@ -94,6 +94,7 @@ def test_run_ahead_starts_two_loads_one_and_lets_go_of_the_rest() -> None:
         waits = ahead.prepare([(a[0], a[1][1], fa), (a[0], a[1][2], fa)], a[0])
         assert sorted(ahead.started) == [id(a[1][1])]  # a.2 may not start yet (say, its build runs)
         assert [w.result() for w in waits] == [{"ok": True, "worker": "worker a.1", "reference": "ref a"}]
+        assert waits[0].cudal1_label.startswith(f"load of {a[1][1].problem_id} candidate ")  # named, for wait reports
         taken = ahead.take(a[1][1])
         assert taken is not None and taken.worker == "worker a.1" and taken.loaded is waits[0]
         assert ahead.take(a[1][1]) is None  # once taken, the caller's
@@ -126,8 +127,9 @@ def test_timing_waits_for_the_loads_ahead_then_pauses_builds() -> None:
     load: Future[dict] = Future()
     threading.Timer(0.3, load.set_result, args=({},)).start()
     started = time.perf_counter()
-    with quiet_after([load])():
+    with quiet_after([load])() as info:
         assert load.done() and time.perf_counter() - started >= 0.2
+        assert info["waited_for"] == "a load ahead" and info["waited_s"] >= 0.2
         assert QUIET.depth == 1  # build workers are stopped while this is held
     assert QUIET.depth == 0
 
@@ -151,3 +153,4 @@ def test_the_wait_for_loads_ahead_is_booked_apart_from_timing() -> None:
     result = evaluate_candidate(problem, candidate, config, quiet=quiet_behind_a_slow_neighbour)
     assert result.ok, result.reason
     assert result.extra["wait_s"] >= 1.0 > result.extra["timing_s"], result.extra
+    assert result.extra["waited_for"] == "a load ahead"  # named by RunAhead.prepare in a batch

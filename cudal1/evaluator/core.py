@@ -351,11 +351,13 @@ def evaluate_candidate(
                                 "load_s": round(phase - started, 3), "correctness_s": round(time.perf_counter() - phase, 3)})
         if config.timing:
             phase = time.perf_counter()
-            with quiet() if quiet is not None else nullcontext():
+            with quiet() if quiet is not None else nullcontext() as waited_for:
                 # The wait for the loads running ahead (a neighbour's work, see schedule.quiet_after) is
                 # booked apart, so a slow neighbour does not show up as this candidate's timing.
                 waited = time.perf_counter() - phase
                 measured, extra = _timing(run)
+            if waited >= 1.0 and isinstance(waited_for, dict) and waited_for.get("waited_for"):
+                extra["waited_for"] = waited_for["waited_for"]
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
             extra["wait_s"] = round(waited, 3)
             result = replace(result, speedup=measured.speedup, speedup_low=measured.low,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -146,19 +147,33 @@ class RunAhead(Generic[W]):
             if j == 0 and id(u) in self.started:
                 ahead = self.started[id(u)]
                 ahead.loaded = self.loader.submit(self.load, ahead.worker, f)
-                waits.append(ahead.loaded)
+                waits.append(_labelled(ahead.loaded, f"load of {u.problem_id} candidate {u.candidate_id}"))
             if j == 0 and p is not problem:
-                waits.append(self.loader.submit(self.load_reference, f))
+                waits.append(_labelled(self.loader.submit(self.load_reference, f), f"reference of {p.problem_id}"))
         return waits
 
 
-def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[None]]:
-    """The timing context of a device loop: first the loads running ahead finish, then builds pause."""
+def _labelled(future: Future, label: str) -> Future:
+    """A wait that says what it waits for: a long one is reported by name (quiet_after)."""
+    future.cudal1_label = label  # type: ignore[attr-defined]
+    return future
+
+
+def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
+    """The timing context of a device loop: first the loads running ahead finish, then builds pause. It
+    yields what it waited for longest (``waited_for``, with its seconds), so an evaluation can report
+    whose load a long wait was (the 2026-11-25 release runs spent 23% of their wall in such waits)."""
 
     @contextmanager
-    def quiet() -> Iterator[None]:
-        wait(waits)
+    def quiet() -> Iterator[dict[str, Any]]:
+        info: dict[str, Any] = {}
+        started = time.perf_counter()
+        for future in waits:
+            wait([future])
+            if future.done() and time.perf_counter() - started > info.get("waited_s", 0.0):
+                info = {"waited_for": getattr(future, "cudal1_label", "a load ahead"),
+                        "waited_s": round(time.perf_counter() - started, 3)}
         with QUIET():
-            yield
+            yield info
 
     return quiet

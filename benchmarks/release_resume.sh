@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One call's share of a release run that takes longer than a device call may last: runs
+# benchmarks/release_eval.py into RUN (resuming what an earlier call left there) for at most LIMIT_S
+# seconds, then appends this call's wall clock to RUN/calls.jsonl, so benchmarks/release_bench.py can
+# give the whole run's wall as the sum of its calls. The build cache is emptied only when RUN is new
+# (a cold run); pass every call the same RUN, carried back and forth (device `carry`).
+#
+#   RUN=carry/rel/cold LIMIT_S=540 RELEASE=carry/h100.jsonl bash benchmarks/release_resume.sh
+#   RUN=carry/rel/warm AGREE_WITH=carry/rel/cold LIMIT_S=540 RELEASE=carry/h100.jsonl bash benchmarks/release_resume.sh
+#
+# With AGREE_WITH the same rows as that run are evaluated (a warm rerun) and compared with it.
+set -uo pipefail
+: "${RUN:?RUN=folder of the run}"
+RELEASE=${RELEASE:-carry/h100.jsonl}
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1
+[ -f "$RUN/results.jsonl" ] || [ -n "${AGREE_WITH:-}" ] || rm -rf /tmp/cudal1-extensions
+mkdir -p "$RUN"
+args=()
+if [ -n "${AGREE_WITH:-}" ]; then
+  rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
+    "$AGREE_WITH/results.jsonl")
+  args=(--rows "$rows" --agree-with "$AGREE_WITH/results.jsonl")
+fi
+before=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
+s=$(date +%s.%N)
+timeout "${LIMIT_S:-540}" python3 benchmarks/release_eval.py --release "$RELEASE" --out "$RUN" "${args[@]}" ${EXTRA:-} \
+  >> "$RUN/run.log" 2>&1
+rc=$?
+e=$(date +%s.%N)
+pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that does not match this script's own command line
+after=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
+python3 -c "import json,sys; print(json.dumps({'wall_s': round($e - $s, 1), 'evaluations_before': $before, 'evaluations_after': $after, 'stopped_by_limit': $rc == 124}))" \
+  >> "$RUN/calls.jsonl"
+tail -n 1 "$RUN/calls.jsonl"; tail -n 1 "$RUN/run.log"
