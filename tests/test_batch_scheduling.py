@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import QUIET
@@ -154,3 +155,22 @@ def test_the_wait_for_loads_ahead_is_booked_apart_from_timing() -> None:
     assert result.ok, result.reason
     assert result.extra["wait_s"] >= 1.0 > result.extra["timing_s"], result.extra
     assert result.extra["waited_for"] == "a load ahead"  # named by RunAhead.prepare in a batch
+
+
+def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatch) -> None:
+    """A program measured once passed; its re-measurement in fresh workers ran out of device memory beside
+    the workers loaded ahead: recorded against the harness (resumable, never the candidate's verdict)."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1)
+    oom = Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
+                     reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
+    monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: oom)
+    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"))
+    assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
+    assert "ran out of device memory" in result.reason
