@@ -54,6 +54,27 @@ def test_failed_build_is_remembered_and_raised_again_without_compiling(monkeypat
     assert len(list((tmp_path / FAILED).iterdir())) == 2
 
 
+def test_a_name_made_from_the_process_id_builds_the_same_in_every_worker(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """L1-93 names its build f"masked_cumsum_{os.getpid()}": each worker asked torch for another build.
+    Two workers (two process ids) now ask for the same one, its module declaration renamed with it."""
+    seen: list[tuple[str, str]] = []
+
+    def builder(name: str, cpp_sources: str = "", **kwargs: object) -> str:
+        seen.append((name, cpp_sources))
+        return name
+
+    monkeypatch.setattr(cpp, "load_inline", builder)
+    install(str(tmp_path))
+    for pid in (4242, 5151):
+        monkeypatch.setattr(os, "getpid", lambda pid=pid: pid)
+        name = f"masked_cumsum_{os.getpid()}"
+        cpp.load_inline(name=name, cpp_sources=f"PYBIND11_MODULE({name}, m) {{}}")
+        cpp.load_inline(f"kernel_v42_{os.getpid()}x", cpp_sources="int f();")  # positional, digits kept
+    assert seen[0] == seen[2] == ("masked_cumsum_pid", "PYBIND11_MODULE(masked_cumsum_pid, m) {}")
+    assert seen[1] == seen[3] == ("kernel_v42_pidx", "int f();")
+
+
 @pytest.mark.slow
 def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", FALLBACK, origin="test")

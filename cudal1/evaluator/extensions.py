@@ -13,6 +13,14 @@ Two jobs:
   Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a
   failure to load a built module, so a transient problem is not frozen into the cache.
 
+- **Name builds the same in every process.** Some programs name their extension after the process
+  (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
+  torch's cache, keyed by name, missed in every fresh worker and each load compiled again, 30-70 s on
+  the H100 host, warm cache or not (docs/gpu-runs.md#2026-11-25-release-210). The process id in a name
+  becomes ``pid`` (and the old name in the inline sources, where a program wrote it into its own
+  module declaration, becomes the new one): the build is the same, its name no longer depends on
+  which worker asks.
+
 The cache folder belongs to one candidate (its source hash), so a program can only poison its own
 entries. This module imports torch and the standard library only: the worker imports it.
 """
@@ -101,10 +109,51 @@ def _is_compiler_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "Error building extension" in str(exc)
 
 
+def stable_name(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                pid: int | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The build's arguments with the process id in its name replaced by ``pid`` (see the module's
+    docstring); unchanged when the name holds no process id. The old name is replaced in inline sources
+    too, so a module declared under it still matches; sources are otherwise untouched.
+
+    >>> args, kw = stable_name("load_inline", (), {"name": "cumsum_4242", "cpp_sources": "m_cumsum_4242"}, 4242)
+    >>> kw["name"], kw["cpp_sources"]
+    ('cumsum_pid', 'm_cumsum_pid')
+    >>> stable_name("load_inline", ("relu_v42",), {"cpp_sources": "int f();"}, 4242)[0]
+    ('relu_v42',)
+    """
+    pid = os.getpid() if pid is None else pid
+    name = kwargs.get("name", args[0] if args else None)
+    if not isinstance(name, str):
+        return args, kwargs
+    stable = re.sub(rf"(?<!\d){pid}(?!\d)", "pid", name)
+    if stable == name:
+        return args, kwargs
+    if "name" in kwargs:
+        kwargs = kwargs | {"name": stable}
+    else:
+        args = (stable, *args[1:])
+    if kind == "load_inline":
+        for key, index in (("cpp_sources", 1), ("cuda_sources", 2)):
+            if key in kwargs:
+                kwargs = kwargs | {key: _renamed(kwargs[key], name, stable)}
+            elif len(args) > index:
+                args = (*args[:index], _renamed(args[index], name, stable), *args[index + 1:])
+    return args, kwargs
+
+
+def _renamed(sources: Any, old: str, new: str) -> Any:
+    if isinstance(sources, str):
+        return sources.replace(old, new)
+    if isinstance(sources, (list, tuple)):
+        return type(sources)(s.replace(old, new) if isinstance(s, str) else s for s in sources)
+    return sources
+
+
 def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
     @functools.wraps(original)
     def build(*args: Any, **kwargs: Any) -> Any:
         log.calls += 1
+        args, kwargs = stable_name(kind, args, kwargs)
         marker = folder / build_key(kind, args, kwargs) if folder is not None else None
         if marker is not None and marker.is_file():
             message = marker.read_text(encoding="utf-8", errors="replace")
