@@ -15,7 +15,8 @@
 # (EXTRA="--no-graph-inputs --clock events --trial-ms 20" passes release_eval.py options to sample/cold/release)
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
 # cold       LIMIT rows, cold build cache only -> $OUT/cold
-# release    every row, cold, then again warm -> $OUT/cold, $OUT/warm
+# release    every row, cold, then again warm -> $OUT/cold, $OUT/warm (where one call cannot hold a
+#            run, benchmarks/release_resume.sh runs it over several calls and records their walls)
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-gpu}
@@ -35,14 +36,14 @@ release_pair() {  # name limit-args...: a cold run, then the same rows warm
   stamp "$name cold"
   timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
     --out "$OUT/$name-cold" "$@" > "$OUT/$name-cold.log" 2>&1
-  pkill -9 -f cudal1.evaluator.worker
+  pkill -9 -f 'cudal1[.]evaluator[.]worker'
   tail -n 1 "$OUT/$name-cold.log"
   rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
     "$OUT/$name-cold/results.jsonl")
   stamp "$name warm"
   timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
     --out "$OUT/$name-warm" --rows "$rows" --agree-with "$OUT/$name-cold/results.jsonl" > "$OUT/$name-warm.log" 2>&1
-  pkill -9 -f cudal1.evaluator.worker
+  pkill -9 -f 'cudal1[.]evaluator[.]worker'
   tail -n 1 "$OUT/$name-warm.log"
 }
 
@@ -86,7 +87,7 @@ for step in ${STEPS:-overhead}; do
       stamp "cold ${LIMIT:-36}"
       timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
         --out "$OUT/cold" ${ROWS:+--rows "$ROWS"} --limit "${LIMIT:-36}" > "$OUT/cold.log" 2>&1
-      pkill -9 -f cudal1.evaluator.worker; tail -n 1 "$OUT/cold.log" ;;
+      pkill -9 -f 'cudal1[.]evaluator[.]worker'; tail -n 1 "$OUT/cold.log" ;;
     release)
       release_pair release ;;
     learning)
