@@ -75,6 +75,38 @@ def test_a_name_made_from_the_process_id_builds_the_same_in_every_worker(monkeyp
     assert seen[1] == seen[3] == ("kernel_v42_pidx", "int f();")
 
 
+PID_NAMED = """
+import os, sys
+from cudal1.evaluator.extensions import install
+install(sys.argv[1])
+import torch.utils.cpp_extension as cpp
+m = cpp.load_inline(name=f"cudal1_pid_named_{os.getpid()}", cpp_sources="int twice(int x) { return 2 * x; }",
+                    functions=["twice"])
+print(m.__name__, m.twice(21))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_build_of_a_name_made_from_the_process_id(tmp_path: Path) -> None:
+    """Real g++, two interpreters: the first builds once, the second loads that build (30.8 s, then 0.0 s
+    on the CPU machine) instead of compiling under its own process id."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    outputs, built = [], []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", PID_NAMED, str(cache)], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.strip().splitlines()[-1])
+        built.append({p.name: p.stat().st_mtime_ns for p in cache.rglob("*.so")})
+    assert outputs == ["cudal1_pid_named_pid 42"] * 2
+    assert [d.name for d in cache.iterdir() if not d.name.startswith(".")] == ["cudal1_pid_named_pid"]
+    assert built[0] == built[1] and len(built[0]) == 1  # the second process compiled nothing
+
+
 @pytest.mark.slow
 def test_fallback_after_failed_compile_is_measured_and_flagged(ext_root: Path) -> None:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", FALLBACK, origin="test")
