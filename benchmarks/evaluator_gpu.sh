@@ -15,8 +15,9 @@
 # (EXTRA="--no-graph-inputs --clock events --trial-ms 20" passes release_eval.py options to sample/cold/release)
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
 # cold       LIMIT rows, cold build cache only -> $OUT/cold
-# release    every row, cold, then again warm -> $OUT/cold, $OUT/warm (where one call cannot hold a
-#            run, benchmarks/release_resume.sh runs it over several calls and records their walls)
+# release    every row, cold, then again warm -> $OUT/release-cold, $OUT/release-warm
+#            (each run by benchmarks/release_resume.sh; where one call cannot hold a run, call that
+#            script again with the same RUN to resume it)
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-gpu}
@@ -30,21 +31,14 @@ for p in $(python3 -c "import sys,os;print(os.path.realpath(sys.executable), sys
 done
 stamp() { echo "[$(date +%T)] $*"; }
 
-release_pair() {  # name limit-args...: a cold run, then the same rows warm
-  local name=$1; shift
-  rm -rf /tmp/cudal1-extensions
+release_pair() {  # name release_eval-args...: a cold run, then the same rows warm (benchmarks/release_resume.sh,
+  local name=$1; shift  # one call each: a RUN_TIMEOUT that stops one leaves it marked partial)
   stamp "$name cold"
-  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
-    --out "$OUT/$name-cold" "$@" > "$OUT/$name-cold.log" 2>&1
-  pkill -9 -f 'cudal1[.]evaluator[.]worker'
-  tail -n 1 "$OUT/$name-cold.log"
-  rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
-    "$OUT/$name-cold/results.jsonl")
+  RUN="$OUT/$name-cold" LIMIT_S="${RUN_TIMEOUT:-100000}" EXTRA="--devices $DEVICES ${EXTRA:-} $*" \
+    bash benchmarks/release_resume.sh
   stamp "$name warm"
-  timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
-    --out "$OUT/$name-warm" --rows "$rows" --agree-with "$OUT/$name-cold/results.jsonl" > "$OUT/$name-warm.log" 2>&1
-  pkill -9 -f 'cudal1[.]evaluator[.]worker'
-  tail -n 1 "$OUT/$name-warm.log"
+  RUN="$OUT/$name-warm" AGREE_WITH="$OUT/$name-cold" LIMIT_S="${RUN_TIMEOUT:-100000}" \
+    EXTRA="--devices $DEVICES ${EXTRA:-}" bash benchmarks/release_resume.sh
 }
 
 for step in ${STEPS:-overhead}; do
@@ -83,11 +77,9 @@ for step in ${STEPS:-overhead}; do
     sample)
       release_pair sample --limit "${LIMIT:-36}" ;;
     cold)  # LIMIT rows, cold build cache only (with CUDAL1_TIMING_TRACE=1: per-trial details in extra)
-      rm -rf /tmp/cudal1-extensions
       stamp "cold ${LIMIT:-36}"
-      timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" ${EXTRA:-} \
-        --out "$OUT/cold" ${ROWS:+--rows "$ROWS"} --limit "${LIMIT:-36}" > "$OUT/cold.log" 2>&1
-      pkill -9 -f 'cudal1[.]evaluator[.]worker'; tail -n 1 "$OUT/cold.log" ;;
+      RUN="$OUT/cold" LIMIT_S="${RUN_TIMEOUT:-100000}" \
+        EXTRA="--devices $DEVICES ${EXTRA:-} ${ROWS:+--rows $ROWS} --limit ${LIMIT:-36}" bash benchmarks/release_resume.sh ;;
     release)
       release_pair release ;;
     learning)

@@ -88,10 +88,6 @@ def run_summary(run: Path) -> dict[str, Any]:
     return {"evaluations": int(done), "wall_s": seconds, "partial": True}
 
 
-def wall_s(run: Path) -> float:
-    return float(run_summary(run)["wall_s"])
-
-
 def rate(run: Path) -> float:
     """Evaluations a second over the whole run."""
     summary = run_summary(run)
@@ -144,10 +140,12 @@ def main() -> None:
         writer.writerows(table)
     agree = agreement(cold, warm)
     gpu = next((e.device_name for e in cold.values() if e.device_name), "")
+    cold_run, warm_run = run_summary(args.cold), run_summary(args.warm)
+    cold_s, warm_s = float(cold_run["wall_s"]), float(warm_run["wall_s"])
     figures: dict[str, Any] = {
         "gpu": gpu, "date": args.date, "command": args.command,
         "programs": len(cold), "rows": len(table),
-        "cold_wall_s": round(wall_s(args.cold), 1), "warm_wall_s": round(wall_s(args.warm), 1),
+        "cold_wall_s": round(cold_s, 1), "warm_wall_s": round(warm_s, 1),
         "agreement_median": None if agree["median"] is None else round(agree["median"], 4),
         "agreement_p95": None if agree["p95"] is None else round(agree["p95"], 4),
         "verdict_flips": len(agree["flips"]),
@@ -155,10 +153,11 @@ def main() -> None:
         if args.one_gpu and args.two_gpu else None,
         "harness_overhead_us_median": None, "evaluate_one_wall_s": None, "rl_eval_share": None,
         "details": {"agreement_rows": agree["rows"], "flipped_rows": agree["flips"],
-                    "warm_over_cold": round(wall_s(args.warm) / wall_s(args.cold), 3),
-                    "cold_partial": bool(run_summary(args.cold).get("partial")),
-                    "cold_per_program_s": round(wall_s(args.cold) / max(len(cold), 1), 2),
-                    "warm_per_program_s": round(wall_s(args.warm) / max(len(warm), 1), 2),
+                    "warm_over_cold": round(warm_s / cold_s, 3),
+                    "cold_partial": bool(cold_run.get("partial")),
+                    "cold_per_program_s": round(cold_s / max(len(cold), 1), 2),
+                    "warm_per_program_s": round(warm_s / max(len(warm), 1), 2),
+                    "cold_calls": cold_run.get("calls", 1), "warm_calls": warm_run.get("calls", 1),
                     "statuses": {s: sum(t["status"] == s for t in table) for s in sorted({t["status"] for t in table})}},
     }
     if args.overhead:
@@ -175,8 +174,6 @@ def main() -> None:
             if figures[key] is None and earlier.get(key) is not None:
                 figures[key] = earlier[key]
                 figures["details"].setdefault("kept_from", {})[key] = earlier.get("date")
-    figures["details"]["cold_calls"] = run_summary(args.cold).get("calls", 1)
-    figures["details"]["warm_calls"] = run_summary(args.warm).get("calls", 1)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "details"}))

@@ -50,13 +50,15 @@ def _median_ms(step: Callable[[], Any], sync: Callable[[], None], repeats: int) 
     return statistics.median(times)
 
 
-def _load(problem: Problem, device: torch.device, graph_inputs: bool = False) -> Worker:
+def _load(problem: Problem, device: torch.device) -> Worker:
+    """The problem's reference in a worker, loaded as the default EvalConfig loads it (graph inputs asked
+    for: the eager path stays available through ``_inputs_for`` and by dropping ``graphed``)."""
     with tempfile.TemporaryDirectory(prefix="cudal1-overhead-") as tmp:
         path = Path(tmp) / "reference.py"
         path.write_text(problem.source)
         worker = Worker(str(device), 1, flush_l2=True)
         reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0,
-                             "graph_inputs": graph_inputs})
+                             "graph_inputs": EvalConfig.graph_inputs})
         if not reply.get("ok"):
             raise RuntimeError(f"reference did not load: {reply}")
     return worker
@@ -101,10 +103,6 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
     # where one stands in, the host's clock), the protocol's own calls per trial (per-batch costs spread
     # over that many calls); then 20 calls a batch as first measured, and eager inputs with CUDA events
     # (the loop before the graph and the host clock) for comparison.
-    del worker
-    if cuda:
-        torch.cuda.empty_cache()
-    worker = _load(problem, device, graph_inputs=True)
     result["graphed"] = worker.graphed is not None
     calls = protocol_calls(worker)
     result |= batch_overhead(worker, calls=calls) | {"protocol_calls": calls}

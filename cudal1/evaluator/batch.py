@@ -86,7 +86,7 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     for _ in range(config.recheck_measurements - 1):
         second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root,
                                     quiet=QUIET)
-        if _out_of_memory(second) or (not second.ok and "out of memory" in second.reason.lower()):
+        if not second.ok and "out of memory" in second.reason.lower():
             # The first measurement ran in the same memory: the re-measurement's fresh workers ran out
             # beside the workers loaded ahead (L2-34, docs/gpu-runs.md#2026-11-25-release-210). The
             # harness's failure, not the candidate's.

@@ -356,7 +356,7 @@ def evaluate_candidate(
                 # booked apart, so a slow neighbour does not show up as this candidate's timing.
                 waited = time.perf_counter() - phase
                 measured, extra = _timing(run)
-            if waited >= 1.0 and isinstance(waited_for, dict) and waited_for.get("waited_for"):
+            if waited >= 1.0 and waited_for:  # a dict from schedule.quiet_after; None without a batch
                 extra["waited_for"] = waited_for["waited_for"]
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
             extra["wait_s"] = round(waited, 3)

@@ -161,18 +161,19 @@ def _labelled(future: Future, label: str) -> Future:
 
 def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
     """The timing context of a device loop: first the loads running ahead finish, then builds pause. It
-    yields what it waited for longest (``waited_for``, with its seconds), so an evaluation can report
-    whose load a long wait was (the 2026-11-25 release runs spent 23% of their wall in such waits)."""
+    yields what it waited for last (``waited_for``: the load that ended the wait, with the wait's
+    seconds), so an evaluation can report whose load a long wait was (the 2026-11-25 release runs spent
+    23% of their wall in such waits); an empty dict when nothing was still loading."""
 
     @contextmanager
     def quiet() -> Iterator[dict[str, Any]]:
-        info: dict[str, Any] = {}
-        started = time.perf_counter()
+        started, last = time.perf_counter(), None
         for future in waits:
-            wait([future])
-            if future.done() and time.perf_counter() - started > info.get("waited_s", 0.0):
-                info = {"waited_for": getattr(future, "cudal1_label", "a load ahead"),
-                        "waited_s": round(time.perf_counter() - started, 3)}
+            if not future.done():
+                wait([future])
+                last = future
+        info = {} if last is None else {"waited_for": getattr(last, "cudal1_label", "a load ahead"),
+                                        "waited_s": round(time.perf_counter() - started, 3)}
         with QUIET():
             yield info
 
