@@ -317,3 +317,81 @@ def test_a_program_that_tunes_on_its_warm_up_call_is_not_called_a_forger(ext_roo
     result = evaluate_candidate(problem, Candidate(problem.problem_id, TUNES_ON_FIRST_CALL), cfg, extensions_root=ext_root)
     assert result.status is Status.OK, result.reason
     assert (result.speedup or 0) > 1.5  # and it is measured as the faster program it is
+
+
+_COMPILED_PROGRAM = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        self.fn = torch.compile(lambda x: x * 2)
+
+    def forward(self, x):
+        return self.fn(x)
+'''
+
+_SMALL_REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("build_only", [False, True])
+def test_a_build_worker_loads_without_the_timing_preparations(tmp_path: Path, build_only: bool) -> None:
+    """A build worker's load (build_only) makes nothing the timed path needs: no input plan, no graph,
+    and no stand-in torch.compile before the snapshot (a C++ compile on a CPU worker); a timed worker's
+    load makes the plan. Either way the program is constructed, which is where extensions build."""
+    from cudal1.evaluator.worker import Worker
+
+    (tmp_path / "reference.py").write_text(_SMALL_REFERENCE)
+    (tmp_path / "candidate.py").write_text(_COMPILED_PROGRAM)
+    worker = Worker("cpu", 1, flush_l2=False)
+    reply = worker.load({"role": "candidate", "reference_path": str(tmp_path / "reference.py"),
+                         "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0,
+                         "graph_inputs": True, "build_only": build_only})
+    assert reply["ok"], reply
+    assert worker.model is not None
+    assert (worker.plan is None) is build_only
+    assert worker.graphed is None  # never on a CPU
+
+
+def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pytest.MonkeyPatch,
+                                                                ext_root: Path) -> None:
+    """Candidates listed program-first across problems (as a reproduction lists its programs, then the
+    baselines): the build of the first problem's second candidate comes before the next problem's, so
+    the first group is not held back by every other problem's build."""
+    import cudal1.evaluator.batch as batch
+
+    scale, relu = fixture_problem("scale_shift"), fixture_problem("relu")
+    broken = "this is not C++"  # fails at once: the order is the point, not the build
+    plain = Candidate(scale.problem_id, scale.source.replace("class Model(", "class ModelNew("), origin="plain")
+    later = Candidate(relu.problem_id, fallback_program("order_relu", broken), origin="second problem")
+    first = Candidate(scale.problem_id, fallback_program("order_scale", broken), origin="first problem")
+    built: list[str] = []
+    real = batch.prebuild
+
+    def recorded(problem: Problem, candidate: Candidate, *args: object) -> str:
+        built.append(candidate.origin)
+        return real(problem, candidate, *args)
+
+    monkeypatch.setattr(batch, "prebuild", recorded)
+    results = evaluate_many([scale, relu], [plain, later, first], FAST, devices=["cpu"], extensions_root=ext_root,
+                            build_workers=1)
+    assert built == ["first problem", "second problem"]
+    assert len(results) == 3

@@ -175,19 +175,23 @@ def evaluate_many(
     # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
     workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))
     builds: dict[str, Future[str]] = {}
+    order: dict[str, list[Candidate]] = {}
+    for c in todo:
+        order.setdefault(c.problem_id, []).append(c)
+    ordered = list(order.items())
+    if costs:
+        ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for c in todo:
+        # Submitted in the order the devices take the groups: a group is timed once all its builds are
+        # done, so builds submitted in candidate order (every program, then every baseline) kept the
+        # reproduction's first group waiting ~6 minutes for a hundred unrelated programs' builds
+        # (docs/gpu-runs.md#2026-11-25-pool-start).
+        for c in (c for _pid, cands in ordered for c in cands):
             # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
             # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
             needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
             if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
                 builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
-        order: dict[str, list[Candidate]] = {}
-        for c in todo:
-            order.setdefault(c.problem_id, []).append(c)
-        ordered = list(order.items())
-        if costs:
-            ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
         groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
         errors: list[BaseException] = []
 

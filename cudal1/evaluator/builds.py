@@ -120,7 +120,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         (work / "candidate.py").write_text(candidate.source)
         (work / "reference.py").write_text(problem.source)
         with WorkerProcess(spec, work, "build") as worker, _quieted(worker):
-            reply = load_candidate(worker, 0, config)
+            reply = load_candidate(worker, 0, config, build_only=True)
         if not reply.get("ok"):
             return str(reply.get("error", "failed"))
         if (reply.get("builds") or {}).get("calls", 0) > 0 or not config.is_cuda:
@@ -128,7 +128,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         warm_spec = WorkerSpec(config.device, config.cpu_threads, 0, flush_l2=False, nice=19,
                                extensions_dir=ext_dir, fd_transport=False)
         with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, _quieted(worker):
-            reply = load_candidate(worker, 0, config)
+            reply = load_candidate(worker, 0, config, build_only=True)
             if reply.get("ok"):
                 reply = worker.call({"cmd": "warm", "seed": new_seed()}, config.build_timeout_s + config.run_timeout_s)
         return "" if reply.get("ok") else str(reply.get("error", "failed"))

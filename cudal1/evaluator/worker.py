@@ -174,15 +174,18 @@ class Worker:
         self.reference = _load_module(msg["reference_path"], "cudal1_reference")
         if self.device.type == "cuda":
             torch.zeros(1, device=self.device)  # create the context before the snapshot
-        if msg["role"] == "candidate" and uses_compile(msg["candidate_path"]):
+        build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
+        if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
             # torch.compile starts its own helper threads once per process (a tqdm monitor, a compile
             # pool): start them before the snapshot so only threads the candidate starts count.
             torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
         # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
+        # A build worker times nothing: its warm-up call draws from get_inputs itself.
+        self.plan = None
         try:
-            self.plan = inputs.record(self.reference.get_inputs, self.device, _cpu_generator, self.generator)
+            if not build_only:
+                self.plan = inputs.record(self.reference.get_inputs, self.device, _cpu_generator, self.generator)
         except Exception:  # noqa: BLE001 - e.g. inputs that do not fit: get_inputs reports it where it always did
-            self.plan = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         self.l2 = L2Flush(self.device, self.flush_l2)
