@@ -173,7 +173,9 @@ def main() -> None:
         for key in ("harness_overhead_us_median", "evaluate_one_wall_s", "rl_eval_share"):
             if figures[key] is None and earlier.get(key) is not None:
                 figures[key] = earlier[key]
-                figures["details"].setdefault("kept_from", {})[key] = earlier.get("date")
+                # The date the figure was measured: the earlier JSON's own, unless it kept the figure too
+                kept = (earlier.get("details") or {}).get("kept_from") or {}
+                figures["details"].setdefault("kept_from", {})[key] = kept.get(key) or earlier.get("date")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "details"}))

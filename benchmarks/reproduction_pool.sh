@@ -19,7 +19,7 @@ before=$(count)
 start=$(date +%s)
 timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} > "$OUT/pool.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
-pkill -9 -f cudal1.evaluator.worker
+pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the calling shell
 for f in measurements.jsonl evaluations.jsonl; do
   [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
 done

@@ -70,12 +70,13 @@ def main() -> None:
                          "speedup": ev.speedup, "low": ev.speedup_low, "high": ev.speedup_high,
                          "trials": ev.trials, "iqr_spread": round(spread(ratios), 4), "trace": extra.get("trace", [])}
                 report.append(entry)
+                # written after every evaluation: a run cut short by its time limit keeps what it measured
+                (args.out / "noise.json").write_text(json.dumps(report, indent=1))
                 print(pid, k, ev.status.value, ev.speedup and round(ev.speedup, 3), "trials", ev.trials,
                       "iqr", entry["iqr_spread"], flush=True)
     finally:
         if smi is not None:
             smi.terminate()
-    (args.out / "noise.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
