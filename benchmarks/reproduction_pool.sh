@@ -7,13 +7,18 @@
 #
 # Runs the torch-only pool runner until it finishes or LIMIT_S passes (it resumes from the carried
 # measurements.jsonl next time), then copies the pool's files to $OUT: put them back into the same pool
-# folder here and run `python -m flows.cross_gpu --params reproduction.yaml --gather`.
+# folder here (and into docs/reproduction/pools/<key>/<pool>/ to keep them) and, once every pool is
+# complete, run `python -m flows.cross_gpu --params reproduction.yaml --gather`.
 set -uo pipefail
 : "${POOL:?set POOL=data/reproduction/<key>/<pool>}"
 OUT=${OUT:-/tmp/cudal1-reproduction}
 mkdir -p "$OUT"
 source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+# Measurements committed from earlier calls (docs/reproduction/pools/<key>/<pool>/) seed a pool folder
+# that has none, so a fresh checkout resumes where the last call stopped.
+kept=docs/reproduction/pools/$(basename "$(dirname "$POOL")")/$(basename "$POOL")/measurements.jsonl
+if [ ! -f "$POOL/measurements.jsonl" ] && [ -f "$kept" ]; then cp "$kept" "$POOL/measurements.jsonl"; fi
 count() { if [ -f "$POOL/measurements.jsonl" ]; then wc -l < "$POOL/measurements.jsonl"; else echo 0; fi; }
 before=$(count)
 start=$(date +%s)
