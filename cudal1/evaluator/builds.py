@@ -128,7 +128,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         warm_spec = WorkerSpec(config.device, config.cpu_threads, 0, flush_l2=False, nice=19,
                                extensions_dir=ext_dir, fd_transport=False)
         with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, _quieted(worker):
-            reply = load_candidate(worker, 0, config, build_only=True)
+            reply = load_candidate(worker, 0, config)  # as the timed worker loads: its caches are filled
             if reply.get("ok"):
                 reply = worker.call({"cmd": "warm", "seed": new_seed()}, config.build_timeout_s + config.run_timeout_s)
         return "" if reply.get("ok") else str(reply.get("error", "failed"))

@@ -292,11 +292,11 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
                    build_only: bool = False) -> dict[str, Any]:
     """Send a prepared candidate worker its load command (import, build, construct with the reference's
     init seed, move to the device); returns the reply. Raises WorkerFailure. ``build_only`` (a build
-    worker, whose only product is the build cache): no input plan or graph, which generate the
-    problem's inputs four times over, and no torch.compile of a stand-in function to start inductor's
-    threads before the snapshot (a C++ compile of ~10 s on a CPU worker); thirteen build workers doing
-    that at the lowest priority held every group of the reproduction back for six minutes
-    (docs/gpu-runs.md#2026-11-25-pool-start)."""
+    worker's first step, on the CPU, whose only product is the build cache): no input plan or graph,
+    which generate the problem's inputs four times over on one thread, and no torch.compile of a
+    stand-in function to start inductor's threads before the snapshot (a C++ compile of ~10 s there,
+    which no GPU worker can use). The GPU warm-up step loads as the timed worker does, so the caches the
+    timed worker reads (the stand-in's included) are filled."""
     worker.wait_ready(config.load_timeout_s)
     return worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                         "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
