@@ -82,9 +82,14 @@ def strict_verdict(e: Evaluation, strict: float = STRICT) -> str:
     'incorrect'
     >>> strict_verdict(Evaluation("p", "c", Status.OK, max_rel_l2_error=1e-7, extra={"max_scaled_error": 5e-5}))
     'ok'
+    >>> strict_verdict(Evaluation("p", "c", Status.OK, max_rel_l2_error=1e-7, extra={"max_scaled_error": 5e-5},
+    ...                           flags=("precision_lowered",)))  # TF32 or bfloat16 matmuls in a float32 problem
+    'rejected'
     """
     if not e.ok:
         return e.status.value
+    if "precision_lowered" in e.flags:  # the evaluator rejects it under the strict tolerance (core._check_precision)
+        return "rejected"
     scaled = e.extra.get("max_scaled_error")
     if scaled is None:
         return "unknown"

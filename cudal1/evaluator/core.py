@@ -43,6 +43,7 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
 )
 from cudal1.problems import Problem
 
+STRICT_FLOAT32 = 1e-4  # the default float32 atol (DEFAULT_TOLERANCES): at or below it, float32 means float32
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 
 
@@ -54,6 +55,20 @@ class Verdict(Exception):
         self.status, self.reason, self.extra = status, reason, extra
 
 
+def _check_precision(run: _Run) -> None:
+    """Under the strict float32 tolerance a problem with float32 outputs is a float32 problem: a program
+    that lowers float32 precision for the process (TF32, bfloat16 matmuls) is rejected, whatever its
+    outputs. On a CPU with bfloat16 units such a program passed 1e-4 and timed 2.3x faster
+    (tests/test_adversarial.py, backend_flag_hidden). Under a looser tolerance (CUDA-L1's 1e-2, where
+    TF32 is its programs' own practice) it is flagged, and the reproduction's strict column rejects it."""
+    if not run.lowered or "float32" not in run.output_dtypes:
+        return
+    if run.config.tolerance_for("float32")[0] <= STRICT_FLOAT32:
+        raise Verdict(Status.REJECTED, "lowered float32 precision under the strict float32 tolerance: "
+                      + "; ".join(run.lowered))
+    run.flags.add("precision_lowered")
+
+
 def _check_reply(reply: dict[str, Any], what: str) -> dict[str, Any]:
     if not reply.get("ok"):
         kind = reply.get("kind", "runtime_error")
@@ -61,7 +76,8 @@ def _check_reply(reply: dict[str, Any], what: str) -> dict[str, Any]:
     return reply
 
 
-def _check_integrity(reply: dict[str, Any], worker: WorkerProcess, flags: set[str]) -> None:
+def _check_integrity(reply: dict[str, Any], run: _Run) -> None:
+    worker, flags = run.worker, run.flags
     violations = reply.get("violations") or {}
     if violations.get("patched"):
         raise Verdict(Status.REJECTED, "replaced harness functions: " + ", ".join(violations["patched"]))
@@ -69,6 +85,9 @@ def _check_integrity(reply: dict[str, Any], worker: WorkerProcess, flags: set[st
         raise Verdict(Status.REJECTED, "changed global state: " + "; ".join(violations["changed"]))
     if violations.get("precision"):
         flags.add("precision_flags")
+    if violations.get("lowered"):
+        run.lowered = violations["lowered"]
+    _check_precision(run)
     builds = reply.get("builds") or {}
     if builds.get("failed") or builds.get("cached_failures"):
         flags.add("extension_build_failed")  # its extension did not compile: its fallback path was measured
@@ -92,6 +111,7 @@ class _Run:
     max_rel: float = 0.0
     max_scaled: float = 0.0
     output_dtypes: list[str] = field(default_factory=list)
+    lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(
         default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)
@@ -106,6 +126,7 @@ def _correctness(run: _Run) -> int:
     record = run.reference.records(seeds[:1])[0]
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in record["outputs"]]
+    _check_precision(run)  # switches lowered at load: only now is it known whether outputs are float32
     # Problem self-test: an output that does not depend on the inputs lets anything constant pass. The
     # second record is dropped after the test and fetched again for its trial (the reference is seeded).
     if outputs_equal(record["outputs"], run.reference.records(seeds[1:2])[0]["outputs"]):
@@ -120,7 +141,7 @@ def _correctness(run: _Run) -> int:
         reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
                                 cfg.run_timeout_s)
         _check_reply(reply, f"correctness trial {k + 1}")
-        _check_integrity(reply, run.worker, run.flags)
+        _check_integrity(reply, run)
         payload = _candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
         if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
                 or not isinstance(payload.get("inputs_after"), list):
@@ -146,7 +167,7 @@ def _correctness(run: _Run) -> int:
 def _warm_candidate(run: _Run, seed: int) -> None:
     reply = run.worker.call({"cmd": "warm", "seed": seed}, run.config.run_timeout_s)
     _check_reply(reply, "warm-up")
-    _check_integrity(reply, run.worker, run.flags)
+    _check_integrity(reply, run)
 
 
 def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
@@ -155,7 +176,7 @@ def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], flo
     reply = run.worker.call(msg | {"spot_path": str(spot_path)}, run.config.run_timeout_s)
     wall = time.perf_counter() - t0
     _check_reply(reply, "timing")
-    _check_integrity(reply, run.worker, run.flags)
+    _check_integrity(reply, run)
     spots = _candidate_payload(reply, spot_path, run, "timing")
     return reply, wall, spots if isinstance(spots, dict) else {}
 
@@ -346,7 +367,7 @@ def evaluate_candidate(
     try:
         reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
         _check_reply(reply, "load")
-        _check_integrity(reply, worker, run.flags)
+        _check_integrity(reply, run)
         if reply.get("graphed") and reference.graphed:
             run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
         result = replace(result, build_s=reply.get("build_s"))

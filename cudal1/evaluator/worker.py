@@ -33,6 +33,7 @@ from cudal1.evaluator.probes import (
     flatten,
     global_flags,
     inspect_outputs,
+    lowered_precision,
     precision_flags,
     same_layout,
     to_device,
@@ -84,7 +85,8 @@ _GUARDED = {
     "transport.Mapping.allocate": lambda: vars(transport.Mapping)["allocate"],  # the classmethod object itself
 }
 
-_PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags")
+_PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags",
+           "lowered_precision")
 
 
 def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleType:
@@ -162,7 +164,8 @@ class Worker:
         changed = [f"{k}: {self.flags[k]} -> {now[k]}" for k in self.flags if now[k] != self.flags[k]]
         prec = precision_flags()
         precision = [f"{k}: {self.precision[k]} -> {prec[k]}" for k in self.precision if prec[k] != self.precision[k]]
-        return {"patched": patched, "changed": changed, "precision": precision}
+        return {"patched": patched, "changed": changed, "precision": precision,
+                "lowered": lowered_precision(self.precision, prec)}
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
