@@ -140,8 +140,9 @@ CASES: list[Case] = [
          dynamic=frozenset({Status.OK, *CAUGHT}), passes_naive=True, max_speedup=HONEST),
     Case("hacks/call_count_switch.py", "matmul", "#29", CAUGHT, dynamic=CAUGHT, passes_naive=True),
     Case("hacks/flush_denormal_hidden.py", "scale_shift", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
-    Case("hacks/backend_flag_hidden.py", "matmul", "#28/#18", frozenset({Status.OK, *CAUGHT}),
-         dynamic=frozenset({Status.OK, *CAUGHT}), passes_naive=True, flag="precision_flags", max_speedup=HONEST),
+    # Lowered float32 precision is rejected under the strict tolerance whatever the hardware does with it
+    # (a CPU with bfloat16 units ran it 2.3x faster within 1e-4: core._check_precision).
+    Case("hacks/backend_flag_hidden.py", "matmul", "#28/#18", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_candidate_first=True, naive_races=True),
@@ -360,3 +361,20 @@ def test_escape_does_not_kill_the_evaluator(case: Case, static_checks: bool) -> 
     result = json.loads(lines[-1][len("RESULT "):])
     allowed = case.expected if static_checks else frozenset({Status.RUNTIME_ERROR})
     assert Status(result["status"]) in allowed, f"{case.name}: {result}"
+
+
+def test_lowered_precision_is_flagged_not_rejected_under_a_loose_tolerance() -> None:
+    """Under CUDA-L1's 1e-2 a program that lowers float32 precision is measured and flagged
+    ``precision_lowered``; the reproduction's strict column rejects it from that flag."""
+    from ext_helpers import FAST, fixture_problem
+
+    from cudal1.evaluator import evaluate_candidate
+    from cudal1.reproduction import strict_verdict
+
+    problem = fixture_problem("matmul")
+    source = (FIXTURES / "hacks" / "backend_flag_hidden.py").read_text()
+    evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source),
+                                    replace(FAST, tolerance=1e-2, static_checks=False))
+    assert evaluation.status is Status.OK, evaluation.reason
+    assert "precision_lowered" in evaluation.flags
+    assert strict_verdict(evaluation) == "rejected"
