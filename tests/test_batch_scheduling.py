@@ -6,10 +6,13 @@ pauses builds."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import QUIET
@@ -46,6 +49,21 @@ def test_ready_groups_first_then_waits_for_builds() -> None:
     assert groups.take()[0].problem_id == "needs-build"  # type: ignore[index]
     assert time.perf_counter() - started >= 0.2  # it waited for the build instead of spinning past it
     assert groups.take() is None and groups.take(block=False) is None
+
+
+def test_a_long_wait_for_builds_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """A device that finds no group ready says how long it has waited and for how many builds."""
+    slow = _group("needs-build", 2)
+    builds: dict[str, Future[str]] = {c.sha256: Future() for c in slow[1]}
+    groups = Groups([slow], builds)
+    groups.report_every_s = 0.1
+    for i, future in enumerate(builds.values()):
+        threading.Timer(0.25 + 0.1 * i, future.set_result, args=("",)).start()
+    with caplog.at_level(logging.WARNING, logger="cudal1.evaluator.schedule"):
+        assert groups.take()[0].problem_id == "needs-build"  # type: ignore[index]
+    waits = [r.getMessage() for r in caplog.records]
+    assert waits and all("no problem ready to time" in w and "needs-build" in w for w in waits)
+    assert "2 builds pending" in waits[0]
 
 
 def test_order_is_kept_among_ready_groups() -> None:

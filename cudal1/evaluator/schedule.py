@@ -6,6 +6,7 @@ evaluator (cudal1.evaluator.batch)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -23,11 +24,17 @@ from cudal1.problems import Problem
 Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
 Coming = tuple[Problem, Candidate, Future]  # a candidate to get ready, with its problem's reference
 W = TypeVar("W")
+log = logging.getLogger(__name__)
 
 
 class Groups:
     """Problems waiting for a device, ready ones first: a group whose candidates need no build (or whose
     builds are done) is timed while others still compile, instead of the device idling behind a build."""
+
+    # A device that has waited this long for any group's builds says so, and again as often: a stall
+    # behind builds (6 minutes of the reproduction's first calls, docs/gpu-runs.md#2026-11-25-pool-start)
+    # otherwise shows as nothing at all.
+    report_every_s = 60.0
 
     def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
         self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
@@ -42,6 +49,7 @@ class Groups:
 
     def take(self, block: bool = True) -> tuple[Problem, list[Candidate]] | None:
         """The first ready group; without ``block``, None when none is ready yet. None when all are taken."""
+        started = report = time.monotonic()
         while True:
             with self.lock:
                 if not self.groups:
@@ -51,9 +59,14 @@ class Groups:
                         return self.groups.pop(i)
                 pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
                            if c.sha256 in self.builds and not self.builds[c.sha256].done()]
+                first = self.groups[0][0].problem_id
             if not block:
                 return None
-            wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            wait(pending, timeout=min(1.0, self.report_every_s), return_when=FIRST_COMPLETED)
+            if time.monotonic() - report >= self.report_every_s:
+                report = time.monotonic()
+                log.warning("no problem ready to time for %.0f s: %d builds pending (the next problem, %s, "
+                            "waits for its own)", report - started, len(pending), first)
 
 
 class DeviceQueue:
