@@ -11,9 +11,8 @@ import os
 import random
 import secrets
 import shutil
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,13 @@ from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inpu
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
-from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing
+from cudal1.evaluator.timing import (  # noqa: F401 - calls_per_trial re-exported: callers import it from core
+    Measurement,
+    TrialPair,
+    calls_per_trial,
+    forged_timing,
+    trace_row,
+)
 from cudal1.evaluator.transport import TransportError
 from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
     ReferenceError,
@@ -200,17 +205,6 @@ def _calibrate(run: _Run) -> int:
     return calls_per_trial(cfg, [ref, cand])
 
 
-def calls_per_trial(cfg: EvalConfig, replies: Sequence[dict[str, Any]]) -> int:
-    """Calls per trial from short timed batches' replies (``ms`` and ``call_ms`` per call). A call's cost
-    is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed forward alone:
-    where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of work around a
-    0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls, as for the
-    forward: a worker's first timed call also pays first-use costs."""
-    per_call = [min(r.get("call_ms") or [0.0]) for r in replies]
-    slowest = max(*(min(r["ms"]) for r in replies), *per_call, 1e-3)
-    return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
-
-
 def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
     """One paired trial: both programs get the same fresh seeds (one per call, never reused) and the
     same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
@@ -237,7 +231,7 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
         run.reference.warm(warm_seed)
         ref, ref_wall, ref_spots = run.reference.time(msg)
     if run.trace is not None:
-        run.trace.append(_trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started))
+        run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started))
     ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
     if len(cand_prints) != len(ref_prints):
         raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
@@ -255,19 +249,6 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall)
-
-
-def _trace_row(ref: dict[str, Any], cand: dict[str, Any], ref_wall: float, cand_wall: float,
-               reference_first: bool, trial_s: float) -> dict[str, Any]:
-    """One trial as the noise diagnosis needs it: device (event) and host medians per program, the
-    parent's wall per batch and for the whole trial (warm-ups and messages included)."""
-    def med(xs: list[float]) -> float:
-        return round(statistics.median(xs), 5) if xs else float("nan")
-
-    return {"ratio": round(med(ref["ms"]) / max(med(cand["ms"]), 1e-9), 5), "ref_first": reference_first,
-            "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_host_ms": med(ref.get("host_ms", [])),
-            "cand_host_ms": med(cand.get("host_ms", [])), "ref_wall_s": round(ref_wall, 4),
-            "cand_wall_s": round(cand_wall, 4), "trial_s": round(trial_s, 4)}
 
 
 def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from cudal1.evaluator.config import EvalConfig
 
 
 @dataclass(frozen=True)
@@ -136,3 +140,27 @@ def forged_timing(pairs: list[TrialPair], slack: float) -> str:
         return (f"timing does not add up: the candidate's clock claims {claimed:.1f} ms saved over "
                 f"{len(pairs)} trials, the harness's wall clock saw {observed:.1f} ms")
     return ""
+
+
+def calls_per_trial(cfg: EvalConfig, replies: Sequence[dict[str, Any]]) -> int:
+    """Calls per trial from short timed batches' replies (``ms`` and ``call_ms`` per call). A call's cost
+    is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed forward alone:
+    where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of work around a
+    0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls, as for the
+    forward: a worker's first timed call also pays first-use costs."""
+    per_call = [min(r.get("call_ms") or [0.0]) for r in replies]
+    slowest = max(*(min(r["ms"]) for r in replies), *per_call, 1e-3)
+    return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
+
+
+def trace_row(ref: dict[str, Any], cand: dict[str, Any], ref_wall: float, cand_wall: float,
+               reference_first: bool, trial_s: float) -> dict[str, Any]:
+    """One trial as the noise diagnosis needs it: device (event) and host medians per program, the
+    parent's wall per batch and for the whole trial (warm-ups and messages included)."""
+    def med(xs: list[float]) -> float:
+        return round(statistics.median(xs), 5) if xs else float("nan")
+
+    return {"ratio": round(med(ref["ms"]) / max(med(cand["ms"]), 1e-9), 5), "ref_first": reference_first,
+            "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_host_ms": med(ref.get("host_ms", [])),
+            "cand_host_ms": med(cand.get("host_ms", [])), "ref_wall_s": round(ref_wall, 4),
+            "cand_wall_s": round(cand_wall, 4), "trial_s": round(trial_s, 4)}
