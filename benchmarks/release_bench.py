@@ -112,6 +112,24 @@ def row_table(release: Path, cold: dict[str, Evaluation], warm: dict[str, Evalua
     return table
 
 
+def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
+    """Figures this run did not measure, taken from an earlier JSON of this script with the date they
+    were measured: the earlier JSON's own date, or the date it had kept them from.
+
+    >>> figures = {"harness_overhead_us_median": 69.0, "evaluate_one_wall_s": None, "rl_eval_share": None,
+    ...            "details": {}}
+    >>> keep_earlier(figures, {"date": "2026-11-25", "evaluate_one_wall_s": 7.54, "rl_eval_share": 0.101,
+    ...                        "details": {"kept_from": {"evaluate_one_wall_s": "2026-11-24"}}})
+    >>> figures["evaluate_one_wall_s"], figures["details"]["kept_from"]
+    (7.54, {'evaluate_one_wall_s': '2026-11-24', 'rl_eval_share': '2026-11-25'})
+    """
+    kept = (earlier.get("details") or {}).get("kept_from") or {}
+    for key in ("harness_overhead_us_median", "evaluate_one_wall_s", "rl_eval_share"):
+        if figures[key] is None and earlier.get(key) is not None:
+            figures[key] = earlier[key]
+            figures["details"].setdefault("kept_from", {})[key] = kept.get(key) or earlier.get("date")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--release", required=True, type=Path)
@@ -169,13 +187,7 @@ def main() -> None:
         epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
         figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
     if args.keep_from:
-        earlier = json.loads(args.keep_from.read_text())
-        for key in ("harness_overhead_us_median", "evaluate_one_wall_s", "rl_eval_share"):
-            if figures[key] is None and earlier.get(key) is not None:
-                figures[key] = earlier[key]
-                # The date the figure was measured: the earlier JSON's own, unless it kept the figure too
-                kept = (earlier.get("details") or {}).get("kept_from") or {}
-                figures["details"].setdefault("kept_from", {})[key] = kept.get(key) or earlier.get("date")
+        keep_earlier(figures, json.loads(args.keep_from.read_text()))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "details"}))
