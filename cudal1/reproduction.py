@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal1.candidates import Candidate, Evaluation
+from cudal1.evaluator.config import DEFAULT_TOLERANCES
 from cudal1.problems import Problem, ReleasedKernel
 from cudal1.reports import summarize
 
@@ -36,7 +37,7 @@ REPORTED = {"eager": "score_default", "compile-default": "score_torch_compile_de
             "compile-reduce-overhead": "score_torch_compile_reduce_overhead", "cuda_graph": "score_cuda_graph"}
 COLUMN_TITLES = {"eager": "vs eager PyTorch", "compile-default": "vs torch.compile (default)",
                  "compile-reduce-overhead": "vs torch.compile (reduce-overhead)", "cuda_graph": "vs CUDA graphs"}
-STRICT = 1e-4  # atol = rtol of the strict policy (the evaluator's fp32 default)
+STRICT = DEFAULT_TOLERANCES["float32"][0]  # atol = rtol of the strict policy (the evaluator's fp32 default)
 TOLERANCES = ("1e-2", "strict")
 
 

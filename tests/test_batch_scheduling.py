@@ -148,7 +148,7 @@ def test_timing_waits_for_the_loads_ahead_then_pauses_builds() -> None:
     started = time.perf_counter()
     with quiet_after([load])() as info:
         assert load.done() and time.perf_counter() - started >= 0.2
-        assert info["waited_for"] == "a load ahead" and info["waited_s"] >= 0.2
+        assert info == "a load ahead"  # the wait's length: the line above
         assert QUIET.depth == 1  # build workers are stopped while this is held
     assert QUIET.depth == 0
 

@@ -24,7 +24,7 @@ import torch
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
-from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.config import DEFAULT_TOLERANCES, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import (  # noqa: F401 - calls_per_trial re-exported: callers import it from core
@@ -48,7 +48,7 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
 )
 from cudal1.problems import Problem
 
-STRICT_FLOAT32 = 1e-4  # the default float32 atol (DEFAULT_TOLERANCES): at or below it, float32 means float32
+STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]  # at or below the default float32 atol, float32 means float32
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 
 
@@ -302,8 +302,8 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     worker.wait_ready(config.load_timeout_s)
     return worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                         "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
-                        "module_file": module_file(worker), "graph_inputs": config.graph_inputs and not build_only,
-                        "build_only": build_only},
+                        "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
+                        "build_only": build_only},  # no plan, so no graph either
                        config.build_timeout_s + config.load_timeout_s)
 
 
@@ -365,8 +365,8 @@ def evaluate_candidate(
                 # booked apart, so a slow neighbour does not show up as this candidate's timing.
                 waited = time.perf_counter() - phase
                 measured, extra = _timing(run)
-            if waited >= 1.0 and waited_for:  # a dict from schedule.quiet_after; None without a batch
-                extra["waited_for"] = waited_for["waited_for"]
+            if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
+                extra["waited_for"] = waited_for
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
             extra["wait_s"] = round(waited, 3)
             result = replace(result, speedup=measured.speedup, speedup_low=measured.low,

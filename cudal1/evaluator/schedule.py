@@ -172,22 +172,20 @@ def _labelled(future: Future, label: str) -> Future:
     return future
 
 
-def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
+def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str | None]]:
     """The timing context of a device loop: first the loads running ahead finish, then builds pause. It
-    yields what it waited for last (``waited_for``: the load that ended the wait, with the wait's
-    seconds), so an evaluation can report whose load a long wait was (the 2026-11-25 release runs spent
-    23% of their wall in such waits); an empty dict when nothing was still loading."""
+    yields the load that ended the wait, so an evaluation can report whose load a long wait was (the
+    2026-11-25 release runs spent 23% of their wall in such waits); None when nothing was still loading.
+    The wait's length is the caller's to measure."""
 
     @contextmanager
-    def quiet() -> Iterator[dict[str, Any]]:
-        started, last = time.perf_counter(), None
+    def quiet() -> Iterator[str | None]:
+        last = None
         for future in waits:
             if not future.done():
                 wait([future])
                 last = future
-        info = {} if last is None else {"waited_for": getattr(last, "cudal1_label", "a load ahead"),
-                                        "waited_s": round(time.perf_counter() - started, 3)}
         with QUIET():
-            yield info
+            yield None if last is None else getattr(last, "cudal1_label", "a load ahead")
 
     return quiet
