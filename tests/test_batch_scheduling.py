@@ -1,8 +1,8 @@
 """The batch's schedule, part by part, without a device: the shared queue hands out problems whose
 candidates need no build (or whose builds are done) first, so a device never idles behind a compile while
-other work is ready; one device's queue looks two candidates ahead across a problem's end; the run-ahead
-starts two workers, loads one, and lets go of those no longer coming; timing waits for the loads and
-pauses builds."""
+other work is ready; one device's queue looks a few candidates ahead across a problem's end; the run-ahead
+starts the workers in view, loads them a batch at a time, and lets go of those no longer coming; timing
+waits for the loads and pauses builds."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def _done(value: object) -> Future:
     return future
 
 
-def _queue(groups: Groups, started: list[str]) -> DeviceQueue:
-    """A device queue whose reference start records the problem and returns its name."""
+def _queue(groups: Groups, started: list[str], depth: int = 2) -> DeviceQueue:
+    """A device queue (``depth`` candidates ahead) whose reference start records the problem and returns its name."""
     def start(problem: Problem) -> Future:
         started.append(problem.problem_id)
         return _done(f"reference of {problem.problem_id}")
-    return DeviceQueue(groups, start)
+    return DeviceQueue(groups, start, depth)
 
 
 def test_ready_groups_first_then_waits_for_builds() -> None:
@@ -99,33 +99,78 @@ def test_device_queue_takes_no_group_early_that_waits_for_a_build() -> None:
     assert [c.candidate_id for _p, c, _f in queue.coming(current, 0)] == ["needs-build.0"]
 
 
-def test_run_ahead_starts_two_loads_one_and_lets_go_of_the_rest() -> None:
+def test_device_queue_depth_three_sees_a_whole_reproduction_row() -> None:
+    """A reproduction row is a program and its three baselines: at the program, all three are in view."""
+    queue = _queue(Groups([_group("a", 4), _group("b", 4)], {}), [], depth=3)
+    current = queue.next()
+    assert current is not None
+    assert [c.candidate_id for _p, c, _f in queue.coming(current, 0)] == ["a.1", "a.2", "a.3"]
+    assert [c.candidate_id for _p, c, _f in queue.coming(current, 2)] == ["a.3", "b.0", "b.1"]
+
+
+def _run_ahead(loader: ThreadPoolExecutor, discarded: list[str], reference_loads: list[object],
+               building: set[str]) -> RunAhead[str]:
+    return RunAhead(lambda p, c: f"worker {c.candidate_id}",
+                    lambda w, f: {"ok": True, "worker": w, "reference": f.result()},
+                    lambda f: reference_loads.append(f.result()),
+                    lambda c: c.candidate_id not in building, loader, discard=discarded.append)
+
+
+def test_run_ahead_loads_the_candidates_in_view_as_one_batch() -> None:
+    """The next candidate not yet loading sends every started one in view its load, and the coming
+    problems' references theirs, at once; while the batch lasts nothing more is sent."""
+    a, b = _group("a", 4), _group("b", 2)
+    fa, fb = _done("ref a"), _done("ref b")
+    discarded: list[str] = []
+    reference_loads: list[object] = []
+    with ThreadPoolExecutor(max_workers=6) as loader:
+        ahead = _run_ahead(loader, discarded, reference_loads, set())
+        waits = ahead.prepare([(a[0], c, fa) for c in a[1][1:4]], a[0])
+        assert [w.result()["worker"] for w in waits] == ["worker a.1", "worker a.2", "worker a.3"]
+        assert [w.cudal1_label for w in waits] == [f"load of a candidate a.{i}" for i in (1, 2, 3)]
+        first = ahead.take(a[1][1])
+        assert first is not None and first.loaded is waits[0]
+        # a.2 was loaded by the batch: nothing new is sent, and only loads already done are waited for
+        waits = ahead.prepare([(a[0], a[1][2], fa), (a[0], a[1][3], fa), (b[0], b[1][0], fb)], a[0])
+        assert all(w.done() for w in waits) and len(waits) == 2 and reference_loads == []
+        assert ahead.started[id(b[1][0])].loaded is None  # started, not loaded: the batch is not spent
+        ahead.take(a[1][2])
+        ahead.take(a[1][3])
+        # a.3 is timed next, then b: a new batch with b's reference, sent once
+        waits = ahead.prepare([(b[0], b[1][0], fb), (b[0], b[1][1], fb)], a[0])
+        assert sorted(w.cudal1_label for w in waits) == ["load of b candidate b.0", "load of b candidate b.1",
+                                                         "reference of b"]
+        for w in waits:
+            w.result()
+        assert reference_loads == ["ref b"]
+        ahead.prepare([(b[0], b[1][1], fb)], a[0])
+        assert reference_loads == ["ref b"] and discarded == ["worker b.0"]  # b.0 left the view: let go
+        ahead.clear()
+    assert discarded == ["worker b.0", "worker b.1"] and ahead.started == {}
+
+
+def test_run_ahead_waits_for_a_build_before_starting_and_lets_go_of_the_rest() -> None:
     a, b = _group("a", 3), _group("b", 1)
     fa, fb = _done("ref a"), _done("ref b")
     discarded: list[str] = []
     reference_loads: list[object] = []
     building = {"a.2"}
-    with ThreadPoolExecutor(max_workers=2) as loader:
-        ahead: RunAhead[str] = RunAhead(lambda p, c: f"worker {c.candidate_id}",
-                                        lambda w, f: {"ok": True, "worker": w, "reference": f.result()},
-                                        lambda f: reference_loads.append(f.result()),
-                                        lambda c: c.candidate_id not in building, loader, discard=discarded.append)
+    with ThreadPoolExecutor(max_workers=4) as loader:
+        ahead = _run_ahead(loader, discarded, reference_loads, building)
         waits = ahead.prepare([(a[0], a[1][1], fa), (a[0], a[1][2], fa)], a[0])
         assert sorted(ahead.started) == [id(a[1][1])]  # a.2 may not start yet (say, its build runs)
         assert [w.result() for w in waits] == [{"ok": True, "worker": "worker a.1", "reference": "ref a"}]
-        assert waits[0].cudal1_label.startswith(f"load of {a[1][1].problem_id} candidate ")  # named, for wait reports
         taken = ahead.take(a[1][1])
         assert taken is not None and taken.worker == "worker a.1" and taken.loaded is waits[0]
         assert ahead.take(a[1][1]) is None  # once taken, the caller's
         building.clear()
         waits = ahead.prepare([(a[0], a[1][2], fa), (b[0], b[1][0], fb)], a[0])
-        assert len(waits) == 1 and sorted(ahead.started) == sorted([id(a[1][2]), id(b[1][0])])
-        assert reference_loads == []  # the next candidate is of the same problem: its reference is loaded
-        waits = ahead.prepare([(b[0], b[1][0], fb)], a[0])  # a.2 skipped (say, its reference failed)
-        assert discarded == ["worker a.2"]
+        assert len(waits) == 3 and sorted(ahead.started) == sorted([id(a[1][2]), id(b[1][0])])
         for w in waits:
             w.result()
-        assert len(waits) == 2 and reference_loads == ["ref b"]  # another problem next: its reference loads
+        assert reference_loads == ["ref b"]
+        waits = ahead.prepare([(b[0], b[1][0], fb)], a[0])  # a.2 skipped (say, its reference failed)
+        assert discarded == ["worker a.2"] and reference_loads == ["ref b"]  # b's reference is not loaded twice
         ahead.clear()
     assert discarded == ["worker a.2", "worker b.0"] and ahead.started == {}
 

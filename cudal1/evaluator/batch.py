@@ -41,6 +41,10 @@ from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
 Progress = Callable[[Evaluation], None]
+# Candidates a device gets ready ahead of the one it times, loaded in batches (schedule.RunAhead): three
+# covers a reproduction row's baselines (two of them torch.compile loads of 5-7 s) in one batch. More would
+# hold more problems' inputs on the device at once; a load that runs out of memory is retried alone.
+AHEAD = 3
 
 
 def release_cache(config: EvalConfig) -> None:
@@ -218,9 +222,8 @@ def evaluate_many(
 
 class _DeviceLoop:
     """One device, one candidate timed at a time. What comes next gets ready while the current candidate
-    is checked, off the critical path: the workers of the next two candidates (and the reference workers
-    of their problems) start, and the next candidate and its reference load (import, cached build,
-    construct). Process start-up puts almost nothing on the device; loading does, so timing waits until
+    is checked, off the critical path: the workers of the next ``AHEAD`` candidates (and the reference
+    workers of their problems) start, and load in batches (import, cached build, construct). Process start-up puts almost nothing on the device; loading does, so timing waits until
     the next loads are done: nothing else of the batch runs on the device while a candidate is timed
     (build-worker warm-ups aside, see prebuild). The order comes from :mod:`cudal1.evaluator.schedule`;
     this class wires it to the evaluator and records each result."""
@@ -231,8 +234,8 @@ class _DeviceLoop:
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
 
     def run(self) -> None:
-        with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2) as loader:
-            queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem))
+        with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * AHEAD) as loader:
+            queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), AHEAD)
             ahead: RunAhead[WorkerProcess] = RunAhead(self._start_worker, self._load_ahead, _load_reference,
                                                       self._startable, loader)
             current = queue.next()
@@ -318,8 +321,10 @@ def _loaded(future: Future) -> ReferenceSession | str:
 
 
 def _out_of_memory(result: Evaluation) -> bool:
-    """A harness (or reference) failure for want of device memory: worth one retry with nothing ahead."""
-    return result.harness_failed and "out of memory" in result.reason.lower()
+    """A failure for want of device memory, the harness's or the candidate's (whose load may have run
+    beside a batch of others): worth one retry with nothing ahead. Alone, the candidate's own failure
+    stands."""
+    return not result.ok and "out of memory" in result.reason.lower()
 
 
 def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,

@@ -71,11 +71,11 @@ class Groups:
 
 class DeviceQueue:
     """The groups one device has taken: the current one, then those taken early (only when ready) so
-    that the next two candidates can get ready across a problem's end. Each group's reference starts
-    (``start_reference``, off the device loop) when the group is taken."""
+    that the next ``depth`` candidates can get ready across a problem's end. Each group's reference
+    starts (``start_reference``, off the device loop) when the group is taken."""
 
-    def __init__(self, groups: Groups, start_reference: Callable[[Problem], Future]) -> None:
-        self.groups, self.start_reference = groups, start_reference
+    def __init__(self, groups: Groups, start_reference: Callable[[Problem], Future], depth: int = 3) -> None:
+        self.groups, self.start_reference, self.depth = groups, start_reference, depth
         self.taken: deque[Group] = deque()  # after the current one
 
     def _take(self, block: bool) -> Group | None:
@@ -89,18 +89,18 @@ class DeviceQueue:
         return self.taken.popleft() if self.taken else self._take(block=True)
 
     def coming(self, group: Group, i: int) -> list[Coming]:
-        """The two candidates after the group's i-th, taking the groups that are ready as needed."""
+        """The ``depth`` candidates after the group's i-th, taking the groups that are ready as needed."""
         problem, cands, future = group
-        out = [(problem, c, future) for c in cands[i + 1:i + 3]]
+        out = [(problem, c, future) for c in cands[i + 1:i + 1 + self.depth]]
         k = 0
-        while len(out) < 2:
+        while len(out) < self.depth:
             if k == len(self.taken):
                 taken = self._take(block=False)
                 if taken is None:
                     break
                 self.taken.append(taken)
             p, cs, f = self.taken[k]
-            out += [(p, c, f) for c in cs[:2 - len(out)]]
+            out += [(p, c, f) for c in cs[:self.depth - len(out)]]
             k += 1
         return out
 
@@ -120,11 +120,15 @@ class Ahead(Generic[W]):
 
 
 class RunAhead(Generic[W]):
-    """The workers of the coming candidates: started two candidates ahead (interpreter, torch, CUDA
-    context), sent their load command one candidate ahead, and the next problem's reference loaded when
-    the next candidate is of another problem. ``start`` (synchronous), ``load`` and ``load_reference``
-    (run on ``loader``) and ``discard`` are the evaluator's; ``startable`` says whether a candidate may
-    start yet (its build done, its source not statically rejected)."""
+    """The workers of the coming candidates (:meth:`DeviceQueue.coming`): started as they come into view
+    (interpreter, torch, CUDA context), and loaded a batch at a time: when the next candidate has not been
+    sent its load, every started candidate in view is, at once, with the references of the other problems
+    among them. Timing waits for the loads, so a batch costs the device its longest load, not the sum:
+    loaded one at a time, the reproduction's two torch.compile baselines of a row kept the device waiting
+    4.5-7.3 s each (docs/gpu-runs.md#2026-11-25-pool-start). ``start`` (synchronous), ``load`` and
+    ``load_reference`` (run on ``loader``, which needs a thread per load of a batch) and ``discard`` are
+    the evaluator's; ``startable`` says whether a candidate may start yet (its build done, its source not
+    statically rejected)."""
 
     def __init__(self, start: Callable[[Problem, Candidate], W], load: Callable[[W, Future], dict],
                  load_reference: Callable[[Future], Any], startable: Callable[[Candidate], bool],
@@ -132,6 +136,7 @@ class RunAhead(Generic[W]):
         self.start, self.load, self.load_reference = start, load, load_reference
         self.startable, self.loader, self.discard = startable, loader, discard
         self.started: dict[int, Ahead[W]] = {}  # by id() of the candidate
+        self.references: dict[int, Future] = {}  # loads of coming problems' references, by id() of their future
 
     def take(self, c: Candidate) -> Ahead[W] | None:
         """The candidate's worker started ahead, if any; it is the caller's from now on."""
@@ -148,22 +153,26 @@ class RunAhead(Generic[W]):
             self.discard(self.started.pop(stale).worker)
 
     def prepare(self, upcoming: list[Coming], problem: Problem) -> list[Future]:
-        """Get ``upcoming`` (from :meth:`DeviceQueue.coming`) ready while ``problem``'s current candidate
-        runs: workers no longer coming go, the coming ones start, the first loads. Returns the loads
-        that timing must wait for."""
+        """Get ``upcoming`` ready while ``problem``'s current candidate runs: workers no longer coming go,
+        the coming ones start, and a batch of loads is sent when the first has none yet. Returns the
+        loads that timing must wait for."""
         for stale in set(self.started) - {id(u[1]) for u in upcoming}:
             self.discard(self.started.pop(stale).worker)
-        waits: list[Future] = []
-        for j, (p, u, f) in enumerate(upcoming):
+        for p, u, _f in upcoming:
             if id(u) not in self.started and self.startable(u):
                 self.started[id(u)] = Ahead(self.start(p, u))
-            if j == 0 and id(u) in self.started:
-                ahead = self.started[id(u)]
-                ahead.loaded = self.loader.submit(self.load, ahead.worker, f)
-                waits.append(_labelled(ahead.loaded, f"load of {u.problem_id} candidate {u.candidate_id}"))
-            if j == 0 and p is not problem:
-                waits.append(_labelled(self.loader.submit(self.load_reference, f), f"reference of {p.problem_id}"))
-        return waits
+        self.references = {k: v for k, v in self.references.items() if k in {id(f) for _p, _u, f in upcoming}}
+        first = self.started.get(id(upcoming[0][1])) if upcoming else None
+        if upcoming and (first is None or first.loaded is None):
+            for p, u, f in upcoming:
+                ahead = self.started.get(id(u))
+                if ahead is not None and ahead.loaded is None:
+                    ahead.loaded = _labelled(self.loader.submit(self.load, ahead.worker, f),
+                                             f"load of {u.problem_id} candidate {u.candidate_id}")
+                if p is not problem and id(f) not in self.references:
+                    self.references[id(f)] = _labelled(self.loader.submit(self.load_reference, f),
+                                                       f"reference of {p.problem_id}")
+        return [*(a.loaded for a in self.started.values() if a.loaded is not None), *self.references.values()]
 
 
 def _labelled(future: Future, label: str) -> Future:

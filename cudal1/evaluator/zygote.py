@@ -14,12 +14,13 @@ the worker's descriptors attached; the server answers ``{"id", "pid"}``, and ``{
 when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
 exits when the parent's end closes.
 
-Imports torch and the standard library only.
+Imports torch (with torch.compile's machinery, see ``_WARM``) and the standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import select
@@ -27,11 +28,70 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 from typing import Any
 
 import torch  # noqa: F401 - the point: every child starts with torch imported
 
 from cudal1.evaluator import worker
+
+# Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
+# torch.compile's machinery, 1.5-1.9 s of each compiling worker's start on the CPU machine (more on the GPU
+# hosts), and torch.utils.cpp_extension, which every load_inline program imports. None starts a thread
+# or initialises CUDA on import; main() checks both, as a server that had could not fork safely.
+_WARM = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codecache", "torch.utils.cpp_extension",
+         "torch._inductor.runtime.triton_heuristics")
+
+
+_SERVER_PATHS: dict[str, str] = {}  # the server's own cache paths, as the warm modules saw them
+
+
+def _cache_paths() -> dict[str, str]:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    return {"default": default_cache_dir(), "cache": cache_dir(), "tmp": tempfile.gettempdir()}
+
+
+def _warm() -> None:
+    for name in _WARM:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. no Triton on a CPU machine: the worker imports what it needs
+            pass
+    _SERVER_PATHS.update(_cache_paths())
+
+
+def _driver_loaded() -> bool:
+    with open("/proc/self/maps") as maps:
+        return "libcuda.so" in maps.read()
+
+
+def own_caches() -> None:
+    """In a child, after its environment is set: the paths the warm modules fixed at import from the
+    server's environment (inductor's header and profile directories, dynamo's package cache) made the
+    worker's own, as a worker started afresh has them. Left shared, they would be a channel between
+    candidates. tests/test_zygote_caches.py finds any such path that a new torch adds."""
+    if not _SERVER_PATHS:
+        return
+    mine = _cache_paths()
+    # The longest first: the default cache directory lies inside the temporary one.
+    moves = sorted(((old, mine[k]) for k, old in _SERVER_PATHS.items() if old != mine[k]), key=lambda m: -len(m[0]))
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch") or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if type(value) is str:  # not isinstance: a deprecated stand-in (torch.distributed.reduce_op) warns
+                for old, new in moves:
+                    if value == old or value.startswith(old + os.sep):
+                        setattr(module, attr, new + value[len(old):])
+                        break
+    package = sys.modules.get("torch._dynamo.package")
+    cache = getattr(package, "DynamoCache", None)
+    if cache is not None:
+        fresh = type(cache)(os.path.join(mine["cache"], "dynamo"))
+        for module in list(sys.modules.values()):  # modules that imported the object by name hold it too
+            if getattr(module, "DynamoCache", None) is cache:
+                module.DynamoCache = fresh
 
 
 def _close_other_fds(keep: set[int]) -> None:
@@ -61,6 +121,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the worker's own directory: re-read it
+        own_caches()
         if request.get("nice"):
             os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (_pin_cpu)
         uid = request.get("uid")
@@ -126,8 +187,15 @@ def main() -> None:
     args = parser.parse_args()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    if torch.cuda.is_initialized():  # CUDA does not survive a fork: the parent starts workers itself
+    driver = _driver_loaded()
+    _warm()
+    # CUDA does not survive a fork, nor do threads: the parent then starts workers itself. The driver
+    # library mapped by the warm imports (say, a Triton that probes the GPU) counts as CUDA initialised.
+    if (torch.cuda.is_initialized() or getattr(torch.cuda, "_cached_device_count", None) is not None
+            or _driver_loaded() > driver):
         sys.exit("cudal1.evaluator.zygote: CUDA was initialised before any fork")
+    if threading.active_count() > 1:
+        sys.exit(f"cudal1.evaluator.zygote: {threading.active_count() - 1} threads started before any fork")
     serve(socket.socket(fileno=args.sock_fd))
     os._exit(0)
 

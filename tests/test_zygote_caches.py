@@ -1,0 +1,55 @@
+"""The fork server imports torch.compile's machinery once, in its own environment; some of it fixes cache
+paths at import. A worker forked from it must see only its own caches, as a worker started afresh does:
+a path shared between workers is a channel between candidates."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> None:
+    server, child = tmp_path / "server", tmp_path / "child"
+    server.mkdir()
+    child.mkdir()  # tempfile takes TMPDIR only when it exists, as a worker's does
+    script = textwrap.dedent(f"""
+        import os, sys, types
+        os.environ["TMPDIR"] = {str(server)!r}
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(server / "inductor")!r}
+        import tempfile
+        from cudal1.evaluator import zygote
+        zygote._warm()
+        os.environ.clear()
+        os.environ.update(TMPDIR={str(child)!r}, TORCHINDUCTOR_CACHE_DIR={str(child / "inductor")!r},
+                          USER="cudal1-sandbox")
+        tempfile.tempdir = None
+        zygote.own_caches()
+        found = []
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("torch") or not isinstance(module, types.ModuleType):
+                continue
+            for attr, value in list(vars(module).items()):
+                for text in [value, *(vars(value).values() if hasattr(value, "__dict__") and
+                                      not isinstance(value, (type, types.ModuleType, types.FunctionType)) else [])]:
+                    if isinstance(text, str) and {str(server)!r} in text:
+                        found.append(f"{{name}}.{{attr}}: {{text}}")
+        import torch._dynamo.package as package, torch._inductor.codecache as codecache
+        print(repr((found, package.DynamoCache.path_prefix(), codecache._HEADER_DIR)))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    found, dynamo_cache, header_dir = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
+    assert found == []
+    assert dynamo_cache.startswith(str(child)) and header_dir.startswith(str(child))
+
+
+def test_the_server_imports_torch_compile_without_threads_or_cuda() -> None:
+    """What main() checks before it forks anything, on this machine's torch."""
+    script = ("import threading, torch\nfrom cudal1.evaluator import zygote\nzygote._warm()\n"
+              "import sys\nprint(threading.active_count(), torch.cuda.is_initialized(),"
+              " getattr(torch.cuda, '_cached_device_count', None), 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["1", "False", "None", "True"]
