@@ -45,6 +45,14 @@ Progress = Callable[[Evaluation], None]
 # covers a reproduction row's baselines (two of them torch.compile loads of 5-7 s) in one batch. More would
 # hold more problems' inputs on the device at once; a load that runs out of memory is retried alone.
 AHEAD = 3
+# Problems in a row whose evaluations all failed in the harness that stop a batch: the machine, not the
+# candidates, is failing (a fork server whose children could not use CUDA recorded 792 "reference failed to
+# start" evaluations in 31 s). Counted in problems: one problem's broken reference fails all its candidates.
+HARNESS_STREAK = 5
+
+
+class HarnessDown(RuntimeError):
+    """Every recent evaluation failed in the harness: the batch stops rather than record more."""
 
 
 def release_cache(config: EvalConfig) -> None:
@@ -62,6 +70,7 @@ class _Sink:
         self.path, self.rows, self.progress = path, list(existing), progress
         self.new: list[Evaluation] = []
         self.lock = threading.Lock()
+        self.streak: list[str] = []  # the problems of the harness failures in a row
 
     def add(self, evaluation: Evaluation) -> None:
         with self.lock:
@@ -71,8 +80,17 @@ class _Sink:
                 tmp = self.path.with_name(self.path.name + ".partial" + self.path.suffix)
                 save_evaluations(self.rows, tmp)
                 os.replace(tmp, self.path)
+            if not evaluation.harness_failed:
+                self.streak = []
+            elif evaluation.problem_id not in self.streak:
+                self.streak.append(evaluation.problem_id)
+            streak = len(self.streak)
         if self.progress is not None:
             self.progress(evaluation)
+        if streak >= HARNESS_STREAK:
+            raise HarnessDown(f"the evaluations of {streak} problems in a row failed in the harness, not in "
+                              f"their programs (kept, and measured again when the batch resumes); the last: "
+                              f"{evaluation.reason[:300]}")
 
 
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
@@ -165,7 +183,8 @@ def evaluate_many(
         raise ValueError(f"candidates name problems that are not loaded: {unknown[:5]}; load the suite they came from")
     devices = list(devices or [config.device])
     path = Path(results_path) if results_path is not None else None
-    existing = load_evaluations(path) if path is not None else []
+    # A harness failure says nothing about its candidate: measured again when a batch resumes (and replaced).
+    existing = [e for e in (load_evaluations(path) if path is not None else []) if not e.harness_failed]
     done = {e.key for e in existing}
     ext_root = extensions_root or default_extensions_root()
     if config.is_cuda:

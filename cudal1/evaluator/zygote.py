@@ -28,7 +28,6 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 from typing import Any
 
 import torch  # noqa: F401 - the point: every child starts with torch imported
@@ -36,11 +35,12 @@ import torch  # noqa: F401 - the point: every child starts with torch imported
 from cudal1.evaluator import worker
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
-# torch.compile's machinery, 1.5-1.9 s of each compiling worker's start on the CPU machine (more on the GPU
-# hosts), and torch.utils.cpp_extension, which every load_inline program imports. None starts a thread
-# or initialises CUDA on import; main() checks both, as a server that had could not fork safely.
-_WARM = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codecache", "torch.utils.cpp_extension",
-         "torch._inductor.runtime.triton_heuristics")
+# most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
+# 3.5 s to 2.3 s in a fresh process). Not torch._inductor.compile_fx nor torch.utils.cpp_extension: on a
+# GPU host their imports call torch.cuda.is_available(), which starts the driver's threads and marks
+# every later fork as unable to use CUDA (measured on the H100 host: every worker failed to start).
+# main() checks that the server can still fork safely after these imports.
+_WARM = ("torch._dynamo", "torch._inductor.codecache", "triton")
 
 
 _SERVER_PATHS: dict[str, str] = {}  # the server's own cache paths, as the warm modules saw them
@@ -61,9 +61,27 @@ def _warm() -> None:
     _SERVER_PATHS.update(_cache_paths())
 
 
-def _driver_loaded() -> bool:
-    with open("/proc/self/maps") as maps:
-        return "libcuda.so" in maps.read()
+def threads() -> int:
+    """The process's threads, native ones included (torch's OpenMP pool, a driver's)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def fork_unsafe(threads_before: int) -> str | None:
+    """Why a child forked from this process now could not be a worker, or None: CUDA initialised or
+    probed (torch marks the forks of a process that counted the devices, see ``_WARM``), or threads
+    started since ``threads_before`` was counted (a driver's, a Python one), which a fork leaves behind
+    half-way. (``import torch`` may start an OpenMP pool; workers were always forked beside it.)"""
+    if torch.cuda.is_initialized() or getattr(torch.cuda, "_cached_device_count", None) is not None:
+        return "CUDA was initialised"
+    started = threads() - threads_before
+    if started > 0:
+        return f"{started} threads started"
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        return "CUDA was probed: a forked child cannot use it"
+    return None
 
 
 def own_caches() -> None:
@@ -187,15 +205,11 @@ def main() -> None:
     args = parser.parse_args()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    driver = _driver_loaded()
+    before = threads()
     _warm()
-    # CUDA does not survive a fork, nor do threads: the parent then starts workers itself. The driver
-    # library mapped by the warm imports (say, a Triton that probes the GPU) counts as CUDA initialised.
-    if (torch.cuda.is_initialized() or getattr(torch.cuda, "_cached_device_count", None) is not None
-            or _driver_loaded() > driver):
-        sys.exit("cudal1.evaluator.zygote: CUDA was initialised before any fork")
-    if threading.active_count() > 1:
-        sys.exit(f"cudal1.evaluator.zygote: {threading.active_count() - 1} threads started before any fork")
+    unsafe = fork_unsafe(before)
+    if unsafe:  # the parent then starts each worker afresh
+        sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
     serve(socket.socket(fileno=args.sock_fd))
     os._exit(0)
 
