@@ -25,7 +25,7 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
         os.environ.update(TMPDIR={str(child)!r}, TORCHINDUCTOR_CACHE_DIR={str(child / "inductor")!r},
                           USER="cudal1-sandbox")
         tempfile.tempdir = None
-        zygote.own_caches()
+        moved = zygote.own_caches()
         found = []
         for name, module in list(sys.modules.items()):
             if not name.startswith("torch") or not isinstance(module, types.ModuleType):
@@ -36,12 +36,12 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
                     if isinstance(text, str) and {str(server)!r} in text:
                         found.append(f"{{name}}.{{attr}}: {{text}}")
         import torch._dynamo.package as package, torch._inductor.codecache as codecache
-        print(repr((found, package.DynamoCache.path_prefix(), codecache._HEADER_DIR)))
+        print(repr((found, package.DynamoCache.path_prefix(), codecache._HEADER_DIR, moved)))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
-    found, dynamo_cache, header_dir = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
-    assert found == []
+    found, dynamo_cache, header_dir, moved = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
+    assert found == [] and "torch._dynamo.package.DynamoCache" in moved
     assert dynamo_cache.startswith(str(child)) and header_dir.startswith(str(child))
 
 

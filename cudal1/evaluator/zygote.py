@@ -84,32 +84,36 @@ def fork_unsafe(threads_before: int) -> str | None:
     return None
 
 
-def own_caches() -> None:
+def own_caches() -> list[str]:
     """In a child, after its environment is set: the paths the warm modules fixed at import from the
     server's environment (inductor's header and profile directories, dynamo's package cache) made the
     worker's own, as a worker started afresh has them. Left shared, they would be a channel between
-    candidates. tests/test_zygote_caches.py finds any such path that a new torch adds."""
+    candidates. Returns what it moved; tests/test_zygote_caches.py finds any such path a new torch adds."""
     if not _SERVER_PATHS:
-        return
+        return []
     mine = _cache_paths()
     # The longest first: the default cache directory lies inside the temporary one.
     moves = sorted(((old, mine[k]) for k, old in _SERVER_PATHS.items() if old != mine[k]), key=lambda m: -len(m[0]))
+    package = sys.modules.get("torch._dynamo.package")
+    cache = vars(package).get("DynamoCache") if package is not None else None
+    fresh = type(cache)(os.path.join(mine["cache"], "dynamo")) if cache is not None else None
+    moved = []
     for name, module in list(sys.modules.items()):
         if not name.startswith("torch") or module is None:
             continue
-        for attr, value in list(vars(module).items()):
-            if type(value) is str:  # not isinstance: a deprecated stand-in (torch.distributed.reduce_op) warns
+        # The module's own dictionary: no module __getattr__ or __setattr__ runs (config modules have both).
+        namespace = vars(module)
+        for attr, value in list(namespace.items()):
+            if value is cache and cache is not None:  # modules that imported the object by name hold it too
+                namespace[attr] = fresh
+                moved.append(f"{name}.{attr}")
+            elif type(value) is str:  # not isinstance: a deprecated stand-in (torch.distributed.reduce_op) warns
                 for old, new in moves:
                     if value == old or value.startswith(old + os.sep):
-                        setattr(module, attr, new + value[len(old):])
+                        namespace[attr] = new + value[len(old):]
+                        moved.append(f"{name}.{attr}")
                         break
-    package = sys.modules.get("torch._dynamo.package")
-    cache = getattr(package, "DynamoCache", None)
-    if cache is not None:
-        fresh = type(cache)(os.path.join(mine["cache"], "dynamo"))
-        for module in list(sys.modules.values()):  # modules that imported the object by name hold it too
-            if getattr(module, "DynamoCache", None) is cache:
-                module.DynamoCache = fresh
+    return moved
 
 
 def _close_other_fds(keep: set[int]) -> None:
