@@ -4,6 +4,7 @@ a path shared between workers is a channel between candidates."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,8 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
             if not name.startswith("torch") or not isinstance(module, types.ModuleType):
                 continue
             for attr, value in list(vars(module).items()):
+                if attr.startswith("__"):
+                    continue  # where the module's own code and bytecode are
                 for text in [value, *(vars(value).values() if hasattr(value, "__dict__") and
                                       not isinstance(value, (type, types.ModuleType, types.FunctionType)) else [])]:
                     if isinstance(text, str) and {str(server)!r} in text:
@@ -38,10 +41,14 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
         import torch._dynamo.package as package, torch._inductor.codecache as codecache
         print(repr((found, package.DynamoCache.path_prefix(), codecache._HEADER_DIR, moved)))
     """)
+    # Bytecode under the server's TMPDIR, as on the GPU hosts (benchmarks/gpu_setup.sh): a prefix match
+    # must not move every module's __cached__.
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "PYTHONPYCACHEPREFIX": str(server / "pyc")})
     found, dynamo_cache, header_dir, moved = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
     assert found == [] and "torch._dynamo.package.DynamoCache" in moved
+    assert not [m for m in moved if m.endswith(("__file__", "__cached__"))]  # a bytecode prefix under /tmp stays
     assert dynamo_cache.startswith(str(child)) and header_dir.startswith(str(child))
 
 

@@ -107,7 +107,8 @@ def own_caches() -> list[str]:
             if value is cache and cache is not None:  # modules that imported the object by name hold it too
                 namespace[attr] = fresh
                 moved.append(f"{name}.{attr}")
-            elif type(value) is str:  # not isinstance: a deprecated stand-in (torch.distributed.reduce_op) warns
+            elif type(value) is str and not attr.startswith("__"):  # not a module's own __file__, __cached__
+                # type(), not isinstance: a deprecated stand-in (torch.distributed.reduce_op) warns
                 for old, new in moves:
                     if value == old or value.startswith(old + os.sep):
                         namespace[attr] = new + value[len(old):]
