@@ -237,3 +237,30 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
     result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"))
     assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
     assert "ran out of device memory" in result.reason
+
+
+def test_device_queue_release_closes_the_references_taken_early_and_starts_them_again() -> None:
+    """Before a retry alone: the references loaded ahead for the coming problems hold device memory
+    (L2-34's reference ran out beside them, retried alone or not); they go, and start again unloaded."""
+    closed: list[str] = []
+
+    class Session:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    starts: list[str] = []
+
+    def start(problem: Problem) -> Future:
+        starts.append(problem.problem_id)
+        return _done(Session(f"{problem.problem_id} #{starts.count(problem.problem_id)}"))
+
+    queue = DeviceQueue(Groups([_group("a", 1), _group("b", 1), _group("c", 1)], {}), start, 2)
+    current = queue.next()
+    assert current is not None
+    queue.coming(current, 0)  # b and c taken early, their references started
+    queue.release()
+    assert closed == ["b #1", "c #1"] and starts == ["a", "b", "c", "b", "c"]
+    assert [g[2].result().name for g in queue.taken] == ["b #2", "c #2"]

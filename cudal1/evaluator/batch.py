@@ -251,10 +251,12 @@ class _DeviceLoop:
                  devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
         self.device, self.groups, self.builds, self.devices = device, groups, builds, devices
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
+        self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * AHEAD) as loader:
             queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), AHEAD)
+            self.release_ahead = queue.release
             ahead: RunAhead[WorkerProcess] = RunAhead(self._start_worker, self._load_ahead, _load_reference,
                                                       self._startable, loader)
             current = queue.next()
@@ -293,6 +295,7 @@ class _DeviceLoop:
             # once more with nothing ahead, before the failure is recorded.
             wait(waits)
             ahead.clear()
+            self.release_ahead()
             result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device, quiet=QUIET)
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result

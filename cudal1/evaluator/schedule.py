@@ -88,6 +88,16 @@ class DeviceQueue:
         """The next group to time: one taken early, else the next ready one (waiting for it); None at the end."""
         return self.taken.popleft() if self.taken else self._take(block=True)
 
+    def release(self) -> None:
+        """The references of the groups taken early close (their device memory with them) and start again,
+        not loaded: before a retry alone, as they hold memory like the workers ahead (L2-34's reference
+        ran out of memory beside them, docs/gpu-runs.md#2026-11-25-batched-loads)."""
+        for k, (problem, cands, future) in enumerate(self.taken):
+            close = getattr(future.result(), "close", None)  # a failure message has none
+            if close is not None:
+                close()
+            self.taken[k] = (problem, cands, self.start_reference(problem))
+
     def coming(self, group: Group, i: int) -> list[Coming]:
         """The ``depth`` candidates after the group's i-th, taking the groups that are ready as needed."""
         problem, cands, future = group
@@ -151,6 +161,7 @@ class RunAhead(Generic[W]):
         """Every worker started ahead goes (before a retry alone, and at the end)."""
         for stale in list(self.started):
             self.discard(self.started.pop(stale).worker)
+        self.references = {}
 
     def prepare(self, upcoming: list[Coming], problem: Problem) -> list[Future]:
         """Get ``upcoming`` ready while ``problem``'s current candidate runs: workers no longer coming go,
