@@ -242,8 +242,9 @@ def evaluate_many(
 class _DeviceLoop:
     """One device, one candidate timed at a time. What comes next gets ready while the current candidate
     is checked, off the critical path: the workers of the next ``AHEAD`` candidates (and the reference
-    workers of their problems) start, and load in batches (import, cached build, construct). Process start-up puts almost nothing on the device; loading does, so timing waits until
-    the next loads are done: nothing else of the batch runs on the device while a candidate is timed
+    workers of their problems) start, and load in batches (import, cached build, construct). Process
+    start-up puts almost nothing on the device; loading does, so timing waits until the loads sent are
+    done: nothing else of the batch runs on the device while a candidate is timed
     (build-worker warm-ups aside, see prebuild). The order comes from :mod:`cudal1.evaluator.schedule`;
     this class wires it to the evaluator and records each result."""
 

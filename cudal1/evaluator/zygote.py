@@ -47,9 +47,12 @@ _SERVER_PATHS: dict[str, str] = {}  # the server's own cache paths, as the warm 
 
 
 def _cache_paths() -> dict[str, str]:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+    """Inductor's cache directories as its cache_dir() resolves them, without creating any."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    return {"default": default_cache_dir(), "cache": cache_dir(), "tmp": tempfile.gettempdir()}
+    default = default_cache_dir()
+    return {"default": default, "cache": os.path.abspath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default),
+            "tmp": tempfile.gettempdir()}
 
 
 def _warm() -> None:
@@ -78,7 +81,7 @@ def fork_unsafe(threads_before: int) -> str | None:
         return f"{started} threads started"
     pid = os.fork()
     if pid == 0:
-        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+        os._exit(1 if getattr(torch.cuda, "_is_in_bad_fork", lambda: True)() else 0)  # unknown: unsafe
     if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
         return "CUDA was probed: a forked child cannot use it"
     return None
@@ -144,7 +147,6 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the worker's own directory: re-read it
-        own_caches()
         if request.get("nice"):
             os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (_pin_cpu)
         uid = request.get("uid")
@@ -152,6 +154,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
+        own_caches()  # as the worker: gettempdir() tries a file in its TMPDIR
         argv = [a.format(*fds[1:]) for a in request["argv"]]  # "{0}": the first descriptor after the log
         sys.argv = ["cudal1.evaluator.worker", *argv]
         worker.main(argv)  # ends with os._exit(0)
