@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal1.candidates import Candidate, Evaluation
-from cudal1.evaluator.config import DEFAULT_TOLERANCES
+from cudal1.evaluator.config import STRICT_FLOAT32
 from cudal1.problems import Problem, ReleasedKernel
 from cudal1.reports import summarize
 
@@ -37,7 +37,6 @@ REPORTED = {"eager": "score_default", "compile-default": "score_torch_compile_de
             "compile-reduce-overhead": "score_torch_compile_reduce_overhead", "cuda_graph": "score_cuda_graph"}
 COLUMN_TITLES = {"eager": "vs eager PyTorch", "compile-default": "vs torch.compile (default)",
                  "compile-reduce-overhead": "vs torch.compile (reduce-overhead)", "cuda_graph": "vs CUDA graphs"}
-STRICT = DEFAULT_TOLERANCES["float32"][0]  # atol = rtol of the strict policy (the evaluator's fp32 default)
 TOLERANCES = ("1e-2", "strict")
 
 
@@ -74,7 +73,7 @@ def release_inputs(rows: Sequence[ReleasedKernel], baselines: Sequence[str] = ()
     return problems, programs + baseline_candidates(with_code, baselines)
 
 
-def strict_verdict(e: Evaluation, strict: float = STRICT) -> str:
+def strict_verdict(e: Evaluation, strict: float = STRICT_FLOAT32) -> str:
     """The verdict under atol = rtol = ``strict``, derived from a lenient run's recorded errors.
 
     >>> from cudal1.candidates import Status

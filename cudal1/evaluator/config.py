@@ -15,6 +15,9 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 1e-2),
     "bfloat16": (1e-2, 1e-2),
 }
+# The strict float32 tolerance: at or below it a float32 problem must be computed in float32 (the
+# evaluator rejects lowered precision, the reproduction's strict column uses it as atol = rtol).
+STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]
 
 
 @dataclass(frozen=True)

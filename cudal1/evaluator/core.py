@@ -24,7 +24,7 @@ import torch
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
-from cudal1.evaluator.config import DEFAULT_TOLERANCES, EvalConfig
+from cudal1.evaluator.config import STRICT_FLOAT32, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import (  # noqa: F401 - calls_per_trial re-exported: callers import it from core
@@ -48,7 +48,6 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
 )
 from cudal1.problems import Problem
 
-STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]  # at or below the default float32 atol, float32 means float32
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 
 

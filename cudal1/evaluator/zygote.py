@@ -44,6 +44,7 @@ _WARM = ("torch._dynamo", "torch._inductor.codecache", "triton")
 
 
 _SERVER_PATHS: dict[str, str] = {}  # the server's own cache paths, as the warm modules saw them
+_WARMED: list[str] = []  # the modules the warm imports brought in: the only ones own_caches reads
 
 
 def _cache_paths() -> dict[str, str]:
@@ -56,12 +57,14 @@ def _cache_paths() -> dict[str, str]:
 
 
 def _warm() -> None:
+    before = set(sys.modules)
     for name in _WARM:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - e.g. no Triton on a CPU machine: the worker imports what it needs
             pass
     _SERVER_PATHS.update(_cache_paths())
+    _WARMED[:] = [name for name in sys.modules if name not in before and name.startswith("torch")]
 
 
 def threads() -> int:
@@ -101,8 +104,11 @@ def own_caches() -> list[str]:
     cache = vars(package).get("DynamoCache") if package is not None else None
     fresh = type(cache)(os.path.join(mine["cache"], "dynamo")) if cache is not None else None
     moved = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("torch") or module is None:
+    # Only the warm imports' modules: torch's own import fixes no such path (the test reads every module),
+    # and this runs in every forked worker.
+    for name in _WARMED:
+        module = sys.modules.get(name)
+        if module is None:
             continue
         # The module's own dictionary: no module __getattr__ or __setattr__ runs (config modules have both).
         namespace = vars(module)
