@@ -312,8 +312,13 @@ def test_reference_as_its_own_candidate_is_not_faster(stem: str, config: EvalCon
 
     problem = load_problem(stem)
     source = problem.source.replace("class Model(", "class ModelNew(")
-    evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"), config,
-                                    reference=reference_sessions(stem))
+    # A measurement the evaluator flags "contended" (another process held the timed core) is not
+    # evidence of a bias; up to two more are taken for one that is not (tests/test_contention.py).
+    for _ in range(3):
+        evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"), config,
+                                        reference=reference_sessions(stem))
+        if "contended" not in evaluation.flags:
+            break
     assert evaluation.status is Status.OK, describe(evaluation)
     bound = NOISY_HONEST if "noisy" in evaluation.flags else HONEST
     assert evaluation.speedup is not None and 1 / bound <= evaluation.speedup <= bound, describe(evaluation)

@@ -25,6 +25,7 @@ from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import STRICT_FLOAT32, EvalConfig
+from cudal1.evaluator.contention import external_wait_s, sample
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import (  # noqa: F401 - calls_per_trial re-exported: callers import it from core
@@ -219,18 +220,30 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
            "print_key": new_seed(), "clock": cfg.clock}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
+    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py)
+    watch = sample if not cfg.is_cuda else (lambda pid: None)
+
+    def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
+        run.reference.warm(warm_seed)
+        before = watch(run.reference.worker.pid)
+        reply, wall, spots = run.reference.time(msg)
+        return reply, wall, spots, external_wait_s(before, watch(run.reference.worker.pid))
+
+    def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
+        _warm_candidate(run, warm_seed)
+        before = watch(run.worker.pid)
+        reply, wall, spots = _time_candidate(run, msg)
+        return reply, wall, spots, external_wait_s(before, watch(run.worker.pid))
+
     if reference_first:
-        run.reference.warm(warm_seed)
-        ref, ref_wall, ref_spots = run.reference.time(msg)
-        _warm_candidate(run, warm_seed)
-        cand, cand_wall, cand_spots = _time_candidate(run, msg)
+        ref, ref_wall, ref_spots, ref_wait = reference_side()
+        cand, cand_wall, cand_spots, cand_wait = candidate_side()
     else:
-        _warm_candidate(run, warm_seed)
-        cand, cand_wall, cand_spots = _time_candidate(run, msg)
-        run.reference.warm(warm_seed)
-        ref, ref_wall, ref_spots = run.reference.time(msg)
+        cand, cand_wall, cand_spots, cand_wait = candidate_side()
+        ref, ref_wall, ref_spots, ref_wait = reference_side()
     if run.trace is not None:
-        run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started))
+        run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started)
+                         | {"ref_wait_ms": round(ref_wait * 1e3, 3), "cand_wait_ms": round(cand_wait * 1e3, 3)})
     ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
     if len(cand_prints) != len(ref_prints):
         raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
@@ -247,26 +260,43 @@ def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
         if not result.ok:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
-    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall)
+    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait)
+
+
+def _pairs(run: _Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
+    """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
+    more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
+    Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
+    program waited for a core held by another process (contention.py) is set aside and another one timed
+    in its place, within the same ceilings; where the ceilings come first, the least contended of those
+    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
+    from and every pair timed."""
+    cfg = run.config
+    most = cfg.timing_trials * (cfg.remeasure + 1)
+    checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
+    clean: list[TrialPair] = []
+    contended: list[TrialPair] = []
+    while True:
+        pair = _trial(run, iters, len(clean) + len(contended) in checked)
+        (contended if pair.contended else clean).append(pair)
+        total = len(clean) + len(contended)
+        spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
+        if len(clean) >= cfg.timing_trials:
+            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
+                return clean, clean + contended
+        elif spent:
+            run.flags.update(("contended", "noisy"))
+            contended.sort(key=lambda p: p.wait_share)
+            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
 
 
 def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
-    """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
-    more at a time while its confidence interval is wider than ``interval_target``, within the ceilings. Small
-    or noisy kernels get more trials; a stable one stops at the minimum."""
+    """Timed trials (see :func:`_pairs`), the wall-clock cross-check, the verdict on noise."""
     cfg = run.config
     started = time.perf_counter()
     iters = _calibrate(run)
-    most = cfg.timing_trials * (cfg.remeasure + 1)
-    checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
-    pairs: list[TrialPair] = []
-    while True:
-        pairs.append(_trial(run, iters, len(pairs) in checked))
-        if len(pairs) < cfg.timing_trials:
-            continue
-        best = Measurement.from_pairs(pairs)
-        if best.half_width <= cfg.interval_target or len(pairs) >= most or time.perf_counter() - started > cfg.max_timing_s:
-            break
+    pairs, timed = _pairs(run, iters, started)
+    best = Measurement.from_pairs(pairs)
     measurements = 1
     if forged_timing(pairs, cfg.wallclock_slack):
         # A forged clock is forged every time; a burst of load on the host (CI's 2-core machine ran an
@@ -282,8 +312,9 @@ def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
     if best.high - best.low > cfg.max_spread * best.speedup:
         run.flags.add("noisy")
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
-    batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in pairs)
-    extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3)}
+    batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
+    extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
+                             "contended_trials": sum(p.contended for p in timed)}
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra

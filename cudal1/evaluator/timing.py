@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.contention import CONTENDED_SHARE
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,24 @@ class TrialPair:
     candidate_ms: list[float]
     reference_wall_s: float
     candidate_wall_s: float
+    # Seconds each timed thread waited for a core held by another process (contention.py; 0 on CUDA)
+    reference_wait_s: float = 0.0
+    candidate_wait_s: float = 0.0
+
+    @property
+    def wait_share(self) -> float:
+        """The larger of the two programs' waits for a core, as a share of its batch's wall clock."""
+        return max(self.reference_wait_s / max(self.reference_wall_s, 1e-9),
+                   self.candidate_wait_s / max(self.candidate_wall_s, 1e-9))
+
+    @property
+    def contended(self) -> bool:
+        """Either program waited for its core more than CONTENDED_SHARE of its batch.
+
+        >>> TrialPair([1.0], [1.0], 0.020, 0.020, 0.001, 0.0).contended, TrialPair([1.0], [1.0], 0.020, 0.020, 0.0, 0.008).contended
+        (False, True)
+        """
+        return self.wait_share > CONTENDED_SHARE
 
     @property
     def speedup(self) -> float:

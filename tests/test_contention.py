@@ -1,0 +1,63 @@
+"""Contended trials on a shared CPU (cudal1/evaluator/contention.py): the kernel's run-queue accounting
+read from /proc, and an evaluation whose timed workers share their core with a busy process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig, evaluate_candidate
+from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.workers import cpu_core_for
+from cudal1.problems import Problem
+
+FIXTURES = Path(__file__).parent / "fixtures"
+needs_proc = pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task").is_dir() or not hasattr(os, "sched_setaffinity"),
+                                reason="needs Linux /proc schedstat and CPU affinity")
+
+
+@needs_proc
+def test_sample_reads_every_thread_and_counts_cpu_time() -> None:
+    before = sample(os.getpid())
+    assert before is not None and before.main == os.getpid() and os.getpid() in before.threads
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    after = sample(os.getpid())
+    assert after is not None
+    spent_ns = after.threads[os.getpid()][0] - before.threads[os.getpid()][0]
+    assert spent_ns > 20_000_000, spent_ns  # 50 ms of busy loop, at least 20 ms of it on a core
+    assert external_wait_s(before, after) >= 0.0
+    assert sample(2**22 + 12345) is None  # no such process
+
+
+@needs_proc
+def test_a_busy_neighbour_on_the_timed_core_is_caught() -> None:
+    """A process spinning on the core the timed workers share makes them wait about half of every batch:
+    every trial is contended, so the evaluation says so ("contended", "noisy") instead of passing off a
+    number measured in the neighbour's time slices as a clean one."""
+    problem = Problem("contention-matmul", 1, "matmul", (FIXTURES / "problems" / "matmul.py").read_text(),
+                      suite="adversarial")
+    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=1, target_trial_ms=10,
+                        run_timeout_s=20, memory_limit_mb=4096)
+    core = cpu_core_for(problem, config)
+    if core is None:
+        pytest.skip("one core only: the timed workers are not pinned")
+    spinner = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.2)  # it is pinned and spinning
+        source = problem.source.replace("class Model(", "class ModelNew(")
+        evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"), config)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert evaluation.status is Status.OK, evaluation.reason
+    assert {"contended", "noisy"} <= set(evaluation.flags), evaluation.flags
+    assert evaluation.extra["contended_trials"] == 6, evaluation.extra  # all trials, up to the ceiling
+    assert evaluation.trials == 3  # the least contended three are measured from
