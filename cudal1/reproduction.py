@@ -88,7 +88,7 @@ def strict_verdict(e: Evaluation, strict: float = STRICT_FLOAT32) -> str:
     """
     if not e.ok:
         return e.status.value
-    if "precision_lowered" in e.flags:  # the evaluator rejects it under the strict tolerance (core._check_precision)
+    if "precision_lowered" in e.flags:  # the evaluator rejects it under the strict tolerance (checks.check_precision)
         return "rejected"
     scaled = e.extra.get("max_scaled_error")
     if scaled is None:

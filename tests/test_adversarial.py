@@ -141,7 +141,7 @@ CASES: list[Case] = [
     Case("hacks/call_count_switch.py", "matmul", "#29", CAUGHT, dynamic=CAUGHT, passes_naive=True),
     Case("hacks/flush_denormal_hidden.py", "scale_shift", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     # Lowered float32 precision is rejected under the strict tolerance whatever the hardware does with it
-    # (a CPU with bfloat16 units ran it 2.3x faster within 1e-4: core._check_precision).
+    # (a CPU with bfloat16 units ran it 2.3x faster within 1e-4: checks.check_precision).
     Case("hacks/backend_flag_hidden.py", "matmul", "#28/#18", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,

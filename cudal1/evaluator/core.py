@@ -7,15 +7,13 @@ generate their inputs from seeds the parent sends; the parent checks the candida
 
 from __future__ import annotations
 
-import os
-import random
 import secrets
 import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +21,20 @@ import torch
 
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator.bindings import binding_problems
-from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
-from cudal1.evaluator.config import STRICT_FLOAT32, EvalConfig
-from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.checks import (
+    Run,
+    Verdict,
+    candidate_payload,
+    check_integrity,
+    check_precision,
+    check_reply,
+)
+from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
-from cudal1.evaluator.timing import (  # noqa: F401 - calls_per_trial re-exported: callers import it from core
-    Measurement,
-    TrialPair,
-    calls_per_trial,
-    forged_timing,
-    trace_row,
-)
-from cudal1.evaluator.transport import TransportError
+from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
+from cudal1.evaluator.trials import measure
 from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
     ReferenceError,
     ReferenceSession,
@@ -45,84 +44,11 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
     module_file,
     new_seed,
     prepare_candidate_worker,
-    receive_payload,
 )
 from cudal1.problems import Problem
 
-_rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 
-
-class Verdict(Exception):
-    """Ends an evaluation early with a status and a reason."""
-
-    def __init__(self, status: Status, reason: str, **extra: Any) -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.extra = status, reason, extra
-
-
-def _check_precision(run: _Run) -> None:
-    """Under the strict float32 tolerance a problem with float32 outputs is a float32 problem: a program
-    that lowers float32 precision for the process (TF32, bfloat16 matmuls) is rejected, whatever its
-    outputs. On a CPU with bfloat16 units such a program passed 1e-4 and timed 2.3x faster
-    (tests/test_adversarial.py, backend_flag_hidden). Under a looser tolerance (CUDA-L1's 1e-2, where
-    TF32 is its programs' own practice) it is flagged, and the reproduction's strict column rejects it."""
-    if not run.lowered or "float32" not in run.output_dtypes:
-        return
-    if run.config.tolerance_for("float32")[0] <= STRICT_FLOAT32:
-        raise Verdict(Status.REJECTED, "lowered float32 precision under the strict float32 tolerance: "
-                      + "; ".join(run.lowered))
-    run.flags.add("precision_lowered")
-
-
-def _check_reply(reply: dict[str, Any], what: str) -> dict[str, Any]:
-    if not reply.get("ok"):
-        kind = reply.get("kind", "runtime_error")
-        raise Verdict(Status(kind), f"{what}: {reply.get('error', 'failed')}")
-    return reply
-
-
-def _check_integrity(reply: dict[str, Any], run: _Run) -> None:
-    worker, flags = run.worker, run.flags
-    violations = reply.get("violations") or {}
-    if violations.get("patched"):
-        raise Verdict(Status.REJECTED, "replaced harness functions: " + ", ".join(violations["patched"]))
-    if violations.get("changed"):
-        raise Verdict(Status.REJECTED, "changed global state: " + "; ".join(violations["changed"]))
-    if violations.get("precision"):
-        flags.add("precision_flags")
-    if violations.get("lowered"):
-        run.lowered = violations["lowered"]
-    _check_precision(run)
-    builds = reply.get("builds") or {}
-    if builds.get("failed") or builds.get("cached_failures"):
-        flags.add("extension_build_failed")  # its extension did not compile: its fallback path was measured
-    strays = worker.stray_processes()
-    if strays:
-        raise Verdict(Status.REJECTED, f"left {len(strays)} process(es) running (forks or subprocesses)")
-    problems = reply.get("problems") or []
-    if problems:
-        raise Verdict(Status.REJECTED, "; ".join(problems))
-
-
-@dataclass
-class _Run:
-    problem: Problem
-    candidate: Candidate
-    config: EvalConfig
-    reference: ReferenceSession
-    worker: WorkerProcess
-    flags: set[str] = field(default_factory=set)
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    max_scaled: float = 0.0
-    output_dtypes: list[str] = field(default_factory=list)
-    lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
-    # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
-    trace: list[dict[str, Any]] | None = field(
-        default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)
-
-
-def _correctness(run: _Run) -> int:
+def _correctness(run: Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
     # One record at a time: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in, 8 GB out), and the
@@ -131,7 +57,7 @@ def _correctness(run: _Run) -> int:
     record = run.reference.records(seeds[:1])[0]
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in record["outputs"]]
-    _check_precision(run)  # switches lowered at load: only now is it known whether outputs are float32
+    check_precision(run)  # switches lowered at load: only now is it known whether outputs are float32
     # Problem self-test: an output that does not depend on the inputs lets anything constant pass. The
     # second record is dropped after the test and fetched again for its trial (the reference is seeded).
     if outputs_equal(record["outputs"], run.reference.records(seeds[1:2])[0]["outputs"]):
@@ -145,9 +71,9 @@ def _correctness(run: _Run) -> int:
         out_path = run.worker.workdir / f"outputs-{secrets.token_hex(8)}.pt"
         reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
                                 cfg.run_timeout_s)
-        _check_reply(reply, f"correctness trial {k + 1}")
-        _check_integrity(reply, run)
-        payload = _candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
+        check_reply(reply, f"correctness trial {k + 1}")
+        check_integrity(reply, run)
+        payload = candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
         if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
                 or not isinstance(payload.get("inputs_after"), list):
             raise Verdict(Status.RUNTIME_ERROR, f"correctness trial {k + 1}: the worker sent no outputs")
@@ -167,157 +93,6 @@ def _correctness(run: _Run) -> int:
         run.max_scaled = max(run.max_scaled, result.max_scaled_error)
         del payload
     return cfg.correctness_trials
-
-
-def _warm_candidate(run: _Run, seed: int) -> None:
-    reply = run.worker.call({"cmd": "warm", "seed": seed}, run.config.run_timeout_s)
-    _check_reply(reply, "warm-up")
-    _check_integrity(reply, run)
-
-
-def _time_candidate(run: _Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
-    spot_path = run.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
-    t0 = time.perf_counter()
-    reply = run.worker.call(msg | {"spot_path": str(spot_path)}, run.config.run_timeout_s)
-    wall = time.perf_counter() - t0
-    _check_reply(reply, "timing")
-    _check_integrity(reply, run)
-    spots = _candidate_payload(reply, spot_path, run, "timing")
-    return reply, wall, spots if isinstance(spots, dict) else {}
-
-
-def _candidate_payload(reply: dict[str, Any], path: Path, run: _Run, what: str) -> Any:
-    if reply.get("transport_fallback"):
-        run.flags.add("file_transport")
-    try:
-        return receive_payload(reply, path, run.config, run.worker)
-    except TransportError as exc:
-        raise Verdict(Status.REJECTED, f"{what}: the worker's reply described tensors the harness cannot read "
-                      f"({exc})") from exc
-
-
-def _calibrate(run: _Run) -> int:
-    cfg = run.config
-    msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
-           "spot": [], "clock": cfg.clock}
-    ref, _, _ = run.reference.time(msg)
-    cand, _, _ = _time_candidate(run, msg)
-    return calls_per_trial(cfg, [ref, cand])
-
-
-def _trial(run: _Run, iters: int, spot_check: bool = True) -> TrialPair:
-    """One paired trial: both programs get the same fresh seeds (one per call, never reused) and the
-    same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
-    cfg = run.config
-    spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters))) if spot_check else []
-    # The warm-up call is a command of its own, so the parent's wall clock around the timed batch holds
-    # only the timed calls plus work both programs share (input generation, L2 flush, fingerprints). With
-    # the warm-up inside, a program that tunes itself on its first call of a batch (cudnn.benchmark on
-    # L1-55/59/62/81 in docs/gpu-runs.md#2026-11-23-release-210) looked like a forged clock. Warming up early opens nothing: the timed
-    # calls' inputs come from seeds sent only with the timing command.
-    warm_seed = new_seed()
-    msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock}
-    started = time.perf_counter()
-    reference_first = _rng.random() < 0.5
-    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py)
-    watch = sample if not cfg.is_cuda else (lambda pid: None)
-
-    def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
-        run.reference.warm(warm_seed)
-        before = watch(run.reference.worker.pid)
-        reply, wall, spots = run.reference.time(msg)
-        return reply, wall, spots, external_wait_s(before, watch(run.reference.worker.pid))
-
-    def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
-        _warm_candidate(run, warm_seed)
-        before = watch(run.worker.pid)
-        reply, wall, spots = _time_candidate(run, msg)
-        return reply, wall, spots, external_wait_s(before, watch(run.worker.pid))
-
-    if reference_first:
-        ref, ref_wall, ref_spots, ref_wait = reference_side()
-        cand, cand_wall, cand_spots, cand_wait = candidate_side()
-    else:
-        cand, cand_wall, cand_spots, cand_wait = candidate_side()
-        ref, ref_wall, ref_spots, ref_wait = reference_side()
-    if run.trace is not None:
-        run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started)
-                         | {"ref_wait_ms": round(ref_wait * 1e3, 3), "cand_wait_ms": round(cand_wait * 1e3, 3)})
-    ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
-    if len(cand_prints) != len(ref_prints):
-        raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
-    for index, (rp, cp) in enumerate(zip(ref_prints, cand_prints)):
-        problem = compare_fingerprints(rp, cp, run.output_dtypes, cfg)
-        if problem:
-            raise Verdict(Status.INCORRECT, f"timed call {index + 1}: {problem} — the candidate behaves differently "
-                          "once timed")
-    for index in spot:
-        outputs, expected = cand_spots.get(str(index)), ref_spots.get(str(index))
-        if outputs is None or expected is None:
-            raise Verdict(Status.RUNTIME_ERROR, f"no output recorded for timed call {index + 1}")
-        result = compare_outputs(expected, outputs, cfg)
-        if not result.ok:
-            raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
-                          f"{result.reason} — the candidate behaves differently once timed")
-    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait)
-
-
-def _pairs(run: _Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
-    """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
-    more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
-    Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
-    program waited for a core held by another process (contention.py) is set aside and another one timed
-    in its place, within the same ceilings; where the ceilings come first, the least contended of those
-    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
-    from and every pair timed."""
-    cfg = run.config
-    most = cfg.timing_trials * (cfg.remeasure + 1)
-    checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
-    clean: list[TrialPair] = []
-    contended: list[TrialPair] = []
-    while True:
-        pair = _trial(run, iters, len(clean) + len(contended) in checked)
-        (contended if pair.contended else clean).append(pair)
-        total = len(clean) + len(contended)
-        spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
-        if len(clean) >= cfg.timing_trials:
-            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
-                return clean, clean + contended
-        elif spent:
-            run.flags.update(("contended", "noisy"))
-            contended.sort(key=lambda p: p.wait_share)
-            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
-
-
-def _timing(run: _Run) -> tuple[Measurement, dict[str, Any]]:
-    """Timed trials (see :func:`_pairs`), the wall-clock cross-check, the verdict on noise."""
-    cfg = run.config
-    started = time.perf_counter()
-    iters = _calibrate(run)
-    pairs, timed = _pairs(run, iters, started)
-    best = Measurement.from_pairs(pairs)
-    measurements = 1
-    if forged_timing(pairs, cfg.wallclock_slack):
-        # A forged clock is forged every time; a burst of load on the host (CI's 2-core machine ran an
-        # honest C++ extension 15 ms a trial "slower" than it claimed) is not: reject only when a fresh
-        # set of trials shows the discrepancy again, and report that set.
-        run.flags.add("wallclock_rechecked")
-        fresh = [_trial(run, iters) for _ in range(cfg.timing_trials)]
-        forged = forged_timing(fresh, cfg.wallclock_slack)
-        if forged:
-            raise Verdict(Status.REJECTED, forged + " (twice, on two sets of trials)")
-        best = Measurement.from_pairs(fresh)
-        measurements = 2
-    if best.high - best.low > cfg.max_spread * best.speedup:
-        run.flags.add("noisy")
-    # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
-    batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
-    extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed)}
-    if run.trace is not None:
-        extra["trace"] = run.trace
-    return best, extra
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
@@ -372,13 +147,13 @@ def evaluate_candidate(
     reference = reference or ReferenceSession(problem, config)
     worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
     root = worker.workdir.parent
-    run = _Run(problem, candidate, config, reference, worker, set(static_flags))
+    run = Run(problem, candidate, config, reference, worker, set(static_flags))
     result = base
     build_error = ""
     try:
         reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
-        _check_reply(reply, "load")
-        _check_integrity(reply, run)
+        check_reply(reply, "load")
+        check_integrity(reply, run)
         if reply.get("graphed") and reference.graphed:
             run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
         result = replace(result, build_s=reply.get("build_s"))
@@ -394,7 +169,7 @@ def evaluate_candidate(
                 # The wait for the loads running ahead (a neighbour's work, see schedule.quiet_after) is
                 # booked apart, so a slow neighbour does not show up as this candidate's timing.
                 waited = time.perf_counter() - phase
-                measured, extra = _timing(run)
+                measured, extra = measure(run)
             if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
                 extra["waited_for"] = waited_for
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)

@@ -1,0 +1,160 @@
+"""The timed part of an evaluation: calibration, paired trials of the reference and the candidate in
+random order with fresh seeds, trials set aside when another process held a timed core, the
+wall-clock cross-check and the verdict on noise."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from typing import Any
+
+from cudal1.candidates import Status
+from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
+from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
+from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
+from cudal1.evaluator.workers import new_seed
+
+_rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
+
+
+def warm_candidate(run: Run, seed: int) -> None:
+    reply = run.worker.call({"cmd": "warm", "seed": seed}, run.config.run_timeout_s)
+    check_reply(reply, "warm-up")
+    check_integrity(reply, run)
+
+
+def time_candidate(run: Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
+    spot_path = run.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
+    t0 = time.perf_counter()
+    reply = run.worker.call(msg | {"spot_path": str(spot_path)}, run.config.run_timeout_s)
+    wall = time.perf_counter() - t0
+    check_reply(reply, "timing")
+    check_integrity(reply, run)
+    spots = candidate_payload(reply, spot_path, run, "timing")
+    return reply, wall, spots if isinstance(spots, dict) else {}
+
+
+def _calibrate(run: Run) -> int:
+    cfg = run.config
+    msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
+           "spot": [], "clock": cfg.clock}
+    ref, _, _ = run.reference.time(msg)
+    cand, _, _ = time_candidate(run, msg)
+    return calls_per_trial(cfg, [ref, cand])
+
+
+def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
+    """One paired trial: both programs get the same fresh seeds (one per call, never reused) and the
+    same spot-check positions, unknown to the candidate; the order of the two is a coin flip."""
+    cfg = run.config
+    spot = sorted(_rng.sample(range(iters), min(cfg.spot_checks_per_trial, iters))) if spot_check else []
+    # The warm-up call is a command of its own, so the parent's wall clock around the timed batch holds
+    # only the timed calls plus work both programs share (input generation, L2 flush, fingerprints). With
+    # the warm-up inside, a program that tunes itself on its first call of a batch (cudnn.benchmark on
+    # L1-55/59/62/81 in docs/gpu-runs.md#2026-11-23-release-210) looked like a forged clock. Warming up early opens nothing: the timed
+    # calls' inputs come from seeds sent only with the timing command.
+    warm_seed = new_seed()
+    msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
+           "print_key": new_seed(), "clock": cfg.clock}
+    started = time.perf_counter()
+    reference_first = _rng.random() < 0.5
+    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py)
+    watch = sample if not cfg.is_cuda else (lambda pid: None)
+
+    def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
+        run.reference.warm(warm_seed)
+        before = watch(run.reference.worker.pid)
+        reply, wall, spots = run.reference.time(msg)
+        return reply, wall, spots, external_wait_s(before, watch(run.reference.worker.pid))
+
+    def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
+        warm_candidate(run, warm_seed)
+        before = watch(run.worker.pid)
+        reply, wall, spots = time_candidate(run, msg)
+        return reply, wall, spots, external_wait_s(before, watch(run.worker.pid))
+
+    if reference_first:
+        ref, ref_wall, ref_spots, ref_wait = reference_side()
+        cand, cand_wall, cand_spots, cand_wait = candidate_side()
+    else:
+        cand, cand_wall, cand_spots, cand_wait = candidate_side()
+        ref, ref_wall, ref_spots, ref_wait = reference_side()
+    if run.trace is not None:
+        run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started)
+                         | {"ref_wait_ms": round(ref_wait * 1e3, 3), "cand_wait_ms": round(cand_wait * 1e3, 3)})
+    ref_prints, cand_prints = ref.get("fingerprints", []), cand.get("fingerprints", [])
+    if len(cand_prints) != len(ref_prints):
+        raise Verdict(Status.REJECTED, "the timing reply lacks per-call output fingerprints")
+    for index, (rp, cp) in enumerate(zip(ref_prints, cand_prints)):
+        problem = compare_fingerprints(rp, cp, run.output_dtypes, cfg)
+        if problem:
+            raise Verdict(Status.INCORRECT, f"timed call {index + 1}: {problem} — the candidate behaves differently "
+                          "once timed")
+    for index in spot:
+        outputs, expected = cand_spots.get(str(index)), ref_spots.get(str(index))
+        if outputs is None or expected is None:
+            raise Verdict(Status.RUNTIME_ERROR, f"no output recorded for timed call {index + 1}")
+        result = compare_outputs(expected, outputs, cfg)
+        if not result.ok:
+            raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
+                          f"{result.reason} — the candidate behaves differently once timed")
+    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait)
+
+
+def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
+    """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
+    more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
+    Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
+    program waited for a core held by another process (contention.py) is set aside and another one timed
+    in its place, within the same ceilings; where the ceilings come first, the least contended of those
+    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
+    from and every pair timed."""
+    cfg = run.config
+    most = cfg.timing_trials * (cfg.remeasure + 1)
+    checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
+    clean: list[TrialPair] = []
+    contended: list[TrialPair] = []
+    while True:
+        pair = _trial(run, iters, len(clean) + len(contended) in checked)
+        (contended if pair.contended else clean).append(pair)
+        total = len(clean) + len(contended)
+        spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
+        if len(clean) >= cfg.timing_trials:
+            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
+                return clean, clean + contended
+        elif spent:
+            run.flags.update(("contended", "noisy"))
+            contended.sort(key=lambda p: p.wait_share)
+            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
+
+
+def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
+    """Timed trials (see :func:`_pairs`), the wall-clock cross-check, the verdict on noise."""
+    cfg = run.config
+    started = time.perf_counter()
+    iters = _calibrate(run)
+    pairs, timed = _pairs(run, iters, started)
+    best = Measurement.from_pairs(pairs)
+    measurements = 1
+    if forged_timing(pairs, cfg.wallclock_slack):
+        # A forged clock is forged every time; a burst of load on the host (CI's 2-core machine ran an
+        # honest C++ extension 15 ms a trial "slower" than it claimed) is not: reject only when a fresh
+        # set of trials shows the discrepancy again, and report that set.
+        run.flags.add("wallclock_rechecked")
+        fresh = [_trial(run, iters) for _ in range(cfg.timing_trials)]
+        forged = forged_timing(fresh, cfg.wallclock_slack)
+        if forged:
+            raise Verdict(Status.REJECTED, forged + " (twice, on two sets of trials)")
+        best = Measurement.from_pairs(fresh)
+        measurements = 2
+    if best.high - best.low > cfg.max_spread * best.speedup:
+        run.flags.add("noisy")
+    # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
+    batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
+    extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
+                             "contended_trials": sum(p.contended for p in timed)}
+    if run.trace is not None:
+        extra["trace"] = run.trace
+    return best, extra
