@@ -60,8 +60,9 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
            "print_key": new_seed(), "clock": cfg.clock}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
-    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py)
-    watch = sample if not cfg.is_cuda else (lambda pid: None)
+    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py); on a
+    # GPU only when tracing, to see whether host waits explain a launch-bound row's odd trials
+    watch = sample if not cfg.is_cuda or run.trace is not None else (lambda pid: None)
 
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         run.reference.warm(warm_seed)
@@ -118,7 +119,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     contended: list[TrialPair] = []
     while True:
         pair = _trial(run, iters, len(clean) + len(contended) in checked)
-        (contended if pair.contended else clean).append(pair)
+        (contended if pair.contended and not cfg.is_cuda else clean).append(pair)
         total = len(clean) + len(contended)
         spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
         if len(clean) >= cfg.timing_trials:
@@ -154,7 +155,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed)}
+                             "contended_trials": sum(p.contended for p in timed)}  # on a GPU: traced only
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra
