@@ -38,7 +38,7 @@ def test_sample_reads_every_thread_and_counts_cpu_time() -> None:
 
 
 @needs_proc
-def test_a_busy_neighbour_on_the_timed_core_is_caught() -> None:
+def test_a_busy_neighbour_on_the_timed_core_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process spinning on the core the timed workers share makes them wait about half of every batch:
     every trial is contended, so the evaluation says so ("contended", "noisy") instead of passing off a
     number measured in the neighbour's time slices as a clean one."""
@@ -46,6 +46,7 @@ def test_a_busy_neighbour_on_the_timed_core_is_caught() -> None:
                       suite="adversarial")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=1, target_trial_ms=10,
                         run_timeout_s=20, memory_limit_mb=4096)
+    monkeypatch.setenv("CUDAL1_TIMING_TRACE", "1")  # per-trial rows, with the waits the verdict rests on
     core = cpu_core_for(problem, config)
     if core is None:
         pytest.skip("one core only: the timed workers are not pinned")
@@ -61,3 +62,6 @@ def test_a_busy_neighbour_on_the_timed_core_is_caught() -> None:
     assert {"contended", "noisy"} <= set(evaluation.flags), evaluation.flags
     assert evaluation.extra["contended_trials"] == 6, evaluation.extra  # all trials, up to the ceiling
     assert evaluation.trials == 3  # the least contended three are measured from
+    trace = evaluation.extra["trace"]
+    assert len(trace) == 6 and all(max(t["ref_wait_ms"] / t["ref_wall_s"], t["cand_wait_ms"] / t["cand_wall_s"]) > 100
+                                   for t in trace), trace  # over 10% of a batch (ms over s: 100)
