@@ -20,7 +20,7 @@ dirs=$(python3 - <<'PY'
 import os, sys, sysconfig
 import torch, cudal1.cli, cudal1.evaluator.worker  # noqa: F401  what the parent and the workers import
 from cudal1.evaluator import zygote
-zygote._warm()  # torch.compile's machinery and Triton, imported by the fork server
+zygote.warm()  # torch.compile's machinery and Triton, imported by the fork server
 roots = {sysconfig.get_paths()["stdlib"], "cudal1"}
 bases = [b.rstrip("/") for b in sys.path[1:] if "site-packages" in b or b.startswith("/tmp/site")]
 for m in list(sys.modules.values()):

@@ -21,7 +21,7 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(server / "inductor")!r}
         import tempfile
         from cudal1.evaluator import zygote
-        zygote._warm()
+        zygote.warm()
         os.environ.clear()
         os.environ.update(TMPDIR={str(child)!r}, TORCHINDUCTOR_CACHE_DIR={str(child / "inductor")!r},
                           USER="cudal1-sandbox")
@@ -56,7 +56,7 @@ def test_the_server_can_fork_workers_after_its_imports() -> None:
     """What main() checks before it forks anything, on this machine's torch: no CUDA, no thread, a
     child that could use CUDA. (On the H100 host, importing torch.utils.cpp_extension or
     torch._inductor.compile_fx probed CUDA; they are not imported.)"""
-    script = ("import sys, torch\nfrom cudal1.evaluator import zygote\nbefore = zygote.threads()\nzygote._warm()\n"
+    script = ("import sys, torch\nfrom cudal1.evaluator import zygote\nbefore = zygote.threads()\nzygote.warm()\n"
               "print(zygote.fork_unsafe(before), 'torch._dynamo' in sys.modules, 'torch.utils.cpp_extension' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])

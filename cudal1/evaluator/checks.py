@@ -16,6 +16,26 @@ from cudal1.evaluator.workers import ReferenceSession, receive_payload
 from cudal1.problems import Problem
 
 
+@dataclass
+class Run:
+    """One evaluation in progress: its two workers and what the checks have found so far."""
+
+    problem: Problem
+    candidate: Candidate
+    config: EvalConfig
+    reference: ReferenceSession
+    worker: WorkerProcess
+    flags: set[str] = field(default_factory=set)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_scaled: float = 0.0
+    output_dtypes: list[str] = field(default_factory=list)
+    lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
+    # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
+    trace: list[dict[str, Any]] | None = field(
+        default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)
+
+
 class Verdict(Exception):
     """Ends an evaluation early with a status and a reason."""
 
@@ -66,26 +86,6 @@ def check_integrity(reply: dict[str, Any], run: Run) -> None:
     problems = reply.get("problems") or []
     if problems:
         raise Verdict(Status.REJECTED, "; ".join(problems))
-
-
-@dataclass
-class Run:
-    """One evaluation in progress: its two workers and what the checks have found so far."""
-
-    problem: Problem
-    candidate: Candidate
-    config: EvalConfig
-    reference: ReferenceSession
-    worker: WorkerProcess
-    flags: set[str] = field(default_factory=set)
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    max_scaled: float = 0.0
-    output_dtypes: list[str] = field(default_factory=list)
-    lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
-    # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
-    trace: list[dict[str, Any]] | None = field(
-        default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)
 
 
 def candidate_payload(reply: dict[str, Any], path: Path, run: Run, what: str) -> Any:

@@ -172,7 +172,8 @@ class RunAhead(Generic[W]):
         for p, u, _f in upcoming:
             if id(u) not in self.started and self.startable(u):
                 self.started[id(u)] = Ahead(self.start(p, u))
-        self.references = {k: v for k, v in self.references.items() if k in {id(f) for _p, _u, f in upcoming}}
+        coming = {id(f) for _p, _u, f in upcoming}
+        self.references = {k: v for k, v in self.references.items() if k in coming}
         first = self.started.get(id(upcoming[0][1])) if upcoming else None
         if upcoming and (first is None or first.loaded is None):
             for p, u, f in upcoming:

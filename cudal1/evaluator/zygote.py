@@ -56,7 +56,8 @@ def _cache_paths() -> dict[str, str]:
             "tmp": tempfile.gettempdir()}
 
 
-def _warm() -> None:
+def warm() -> None:
+    """Import the modules of ``_WARM`` (what is missing is skipped) and note the cache paths they fixed."""
     before = set(sys.modules)
     for name in _WARM:
         try:
@@ -220,7 +221,7 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     before = threads()
-    _warm()
+    warm()
     unsafe = fork_unsafe(before)
     if unsafe:  # the parent then starts each worker afresh
         sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
