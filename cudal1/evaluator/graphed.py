@@ -19,26 +19,28 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator.inputs import InputPlan, identical
+from cudal1.evaluator.inputs import InputPlan, explicit_generator, follow_state, identical
 
 
 class GraphedInputs:
     """Replays a captured graph of a plan's draws (and the L2 flush) for a seed."""
 
     def __init__(self, graph: Any, made: list[torch.Tensor], plan: InputPlan, cpu_generator: torch.Generator,
-                 device_generator: torch.Generator) -> None:
+                 device_generator: torch.Generator, follow: torch.Generator | None = None) -> None:
         self.graph, self.made, self.plan = graph, made, plan
-        self.cpu_generator, self.device_generator = cpu_generator, device_generator
+        self.cpu_generator, self.device_generator, self.follow = cpu_generator, device_generator, follow
         self.storage = [t.untyped_storage().data_ptr() for t in made]
         self.shapes = [(t.shape, t.stride(), t.storage_offset()) for t in made]
 
     def draw(self, seed: int) -> list[Any]:
         """This seed's inputs, and the L2 flush queued behind them. Both generators are seeded as the
         eager draw seeds them; the replay reads the device generator's seed and advances its offset as
-        the eager draws would, so what runs next sees the same RNG state."""
+        the eager draws would, and the default generator follows it, so what runs next sees the same RNG
+        state."""
         self.cpu_generator.manual_seed(seed)
         self.device_generator.manual_seed(seed)
         self.graph.replay()
+        follow_state(self.follow, seed, self.device_generator)
         # Fresh tensor objects on the same memory: a program that rebinds or re-strides what it was given
         # (set_, .data =, as_strided_) changes its own object, not the one the next call hands out.
         made = [t.detach() for t in self.made]
@@ -52,7 +54,7 @@ class GraphedInputs:
 
 def capture(plan: InputPlan, device: torch.device, cpu_generator: torch.Generator,
             device_generator: torch.Generator | None, flush_buffer: torch.Tensor | None,
-            seeds: tuple[int, int] = (24680, 13579)) -> GraphedInputs | None:
+            seeds: tuple[int, int] = (24680, 13579), follow: torch.Generator | None = None) -> GraphedInputs | None:
     """A graph of ``plan``'s draws followed by ``flush_buffer.zero_()``, or None where it cannot stand in
     for the eager draws: not CUDA, a draw on another device (the eager path copies it), a capture that
     fails, or a replay that is not bit-identical to the eager draws on both ``seeds``. Runs at load,
@@ -70,11 +72,14 @@ def capture(plan: InputPlan, device: torch.device, cpu_generator: torch.Generato
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
         graph = torch.cuda.CUDAGraph()
+        if device_generator is not torch.cuda.default_generators[index]:
+            graph.register_generator_state(device_generator)  # a capture registers only the default one
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            made = [func(*args, **kwargs) for func, args, kwargs in plan.draws]
+            made = [func(*args, **explicit_generator(func, kwargs, cpu_generator, device_generator), **kwargs)
+                    for func, args, kwargs in plan.draws]
             if flush_buffer is not None:
                 flush_buffer.zero_()
-        graphed = GraphedInputs(graph, made, plan, cpu_generator, device_generator)
+        graphed = GraphedInputs(graph, made, plan, cpu_generator, device_generator, follow)
         for seed in seeds:
             replayed = [x.clone() if isinstance(x, torch.Tensor) else x for x in graphed.draw(seed)]
             torch.cuda.synchronize(device)

@@ -57,14 +57,45 @@ class InputPlan:
     items: tuple[tuple[bool, Any], ...]  # (is a draw, draw index or the constant itself)
     is_list: bool
 
-    def draw(self, seed: int, cpu_generator: torch.Generator, device_generator: torch.Generator | None) -> list[Any]:
-        """This seed's inputs, as ``get_inputs()`` gives them after the same seeding (both generators
-        seeded, as the worker seeds them for get_inputs, so what runs next sees the same RNG state)."""
+    def draw(self, seed: int, cpu_generator: torch.Generator, device_generator: torch.Generator | None,
+             follow: torch.Generator | None = None) -> list[Any]:
+        """This seed's inputs, as ``get_inputs()`` gives them after the same seeding. Random draws on the
+        device come from ``device_generator`` (the worker's own, see :func:`follow_state`); ``follow``,
+        the device's default generator, is then left where ``get_inputs()`` would leave it."""
         cpu_generator.manual_seed(seed)
         if device_generator is not None:
             device_generator.manual_seed(seed)
-        made = [func(*args, **kwargs) for func, args, kwargs in self.draws]
+        made = [func(*args, **explicit_generator(func, kwargs, cpu_generator, device_generator), **kwargs)
+                for func, args, kwargs in self.draws]
+        follow_state(follow, seed, device_generator)
         return [made[v] if is_draw else v for is_draw, v in self.items]
+
+
+_RANDOM = {torch.randn, torch.rand, torch.randint}
+
+
+def explicit_generator(func: Any, kwargs: dict, cpu_generator: torch.Generator,
+               device_generator: torch.Generator | None) -> dict[str, torch.Generator]:
+    """The generator a random draw names explicitly: the CPU's default, or the worker's own device one."""
+    if func not in _RANDOM:
+        return {}
+    if kwargs["device"].type == "cpu":
+        return {"generator": cpu_generator}
+    return {"generator": device_generator} if device_generator is not None else {}
+
+
+def follow_state(default: torch.Generator | None, seed: int, drawn: torch.Generator | None) -> None:
+    """Put the device's default generator where the same draws from it would have left it (the seed, and
+    the offset ``drawn`` reached), so the forward that follows sees the RNG state ``get_inputs()`` leaves.
+
+    The harness draws from a generator of its own because a program may break the default one: a CUDA
+    graph capture that fails inside a forward leaves the default generator marked as capturing, and every
+    later draw from it raises "Offset increment outside graph capture" (L2-5 of CUDA-L1's H100 release;
+    benchmarks/capture_rng.py). Seeding and setting the offset still work on it."""
+    if default is None or drawn is None or default is drawn:
+        return
+    default.manual_seed(seed)
+    default.set_offset(drawn.get_offset())
 
 
 def _plan(calls: list[tuple[Any, tuple, dict, Any]], result: Any) -> InputPlan | None:
@@ -109,21 +140,24 @@ def identical(a: list[Any], b: list[Any]) -> bool:
 
 
 def record(get_inputs: Any, device: torch.device, cpu_generator: torch.Generator,
-           device_generator: torch.Generator | None, seeds: tuple[int, int] = (12345, 67890)) -> InputPlan | None:
+           device_generator: torch.Generator | None, seeds: tuple[int, int] = (12345, 67890),
+           default_generator: torch.Generator | None = None) -> InputPlan | None:
     """A replay plan of ``get_inputs`` on ``device``, or None when its inputs are more than factory draws
-    or the replay is not bit-identical to it on both ``seeds`` (checked here, every time). Exceptions
-    (inputs that do not fit) propagate: the caller falls back to get_inputs, which reports them."""
+    or the replay (drawing from ``device_generator``) is not bit-identical to it (drawing from the device's
+    ``default_generator``, the same one when not given) on both ``seeds``, checked here every time.
+    Exceptions (inputs that do not fit) propagate: the caller falls back to get_inputs, which reports them."""
+    default = default_generator if default_generator is not None else device_generator
 
     def original(seed: int) -> list[Any]:
         cpu_generator.manual_seed(seed)
-        if device_generator is not None:
-            device_generator.manual_seed(seed)
+        if default is not None:
+            default.manual_seed(seed)
         with torch.device(device):
             return list(get_inputs())
 
     cpu_generator.manual_seed(seeds[0])
-    if device_generator is not None:
-        device_generator.manual_seed(seeds[0])
+    if default is not None:
+        default.manual_seed(seeds[0])
     recorder = _Recorder()
     with torch.device(device), recorder:
         result = get_inputs()

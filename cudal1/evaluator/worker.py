@@ -120,6 +120,8 @@ def _own_code() -> dict[str, Any]:
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
     names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting")})
     names["InputPlan.draw"] = inputs.InputPlan.draw
+    names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
+    names["graphed.follow_state"] = graphed.follow_state
     names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
     names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern", "_flush", "_rows")})
     return names
@@ -128,11 +130,15 @@ def _own_code() -> dict[str, Any]:
 class Worker:
     def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None) -> None:
         self.device = torch.device(device)
+        # Inputs are drawn from a device generator of the harness's own; the device's default one only
+        # follows it (inputs.follow_state): a program can break the default one for good.
         self.generator: torch.Generator | None = None
+        self.default_generator: torch.Generator | None = None
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             torch.zeros(1, device=self.device)  # the context, and with it the device's default generator
-            self.generator = torch.cuda.default_generators[torch.cuda.current_device()]
+            self.default_generator = torch.cuda.default_generators[torch.cuda.current_device()]
+            self.generator = torch.Generator(device=self.device)
         torch.set_num_threads(threads)
         self.flush_l2 = flush_l2
         self.reference: types.ModuleType | None = None
@@ -187,7 +193,8 @@ class Worker:
         self.plan = None
         try:
             if not build_only:
-                self.plan = inputs.record(self.reference.get_inputs, self.device, _cpu_generator, self.generator)
+                self.plan = inputs.record(self.reference.get_inputs, self.device, _cpu_generator, self.generator,
+                                          default_generator=self.default_generator)
         except Exception:  # noqa: BLE001 - e.g. inputs that do not fit: get_inputs reports it where it always did
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -195,7 +202,7 @@ class Worker:
         self.graphed = None
         if msg.get("graph_inputs") and self.plan is not None:
             self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator,
-                                           self.l2.buf if self.l2.enabled else None)
+                                           self.l2.buf if self.l2.enabled else None, follow=self.default_generator)
         self._snapshot()
         if msg["role"] == "candidate":
             if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
@@ -224,12 +231,13 @@ class Worker:
         generation is cheap enough to give every timed call contents no earlier call has seen."""
         assert self.reference is not None
         if self.plan is not None:
-            return list(to_device(self.plan.draw(seed, _cpu_generator, self.generator), self.device))
+            return list(to_device(self.plan.draw(seed, _cpu_generator, self.generator, self.default_generator),
+                                  self.device))
         # The CPU generator and this device's, seeded directly: torch.manual_seed also walks every other
         # device and backend, a tenth of a millisecond that every timed call would pay.
         _cpu_generator.manual_seed(seed)
-        if self.generator is not None:
-            self.generator.manual_seed(seed)
+        if self.default_generator is not None:
+            self.default_generator.manual_seed(seed)
         with torch.device(self.device):
             inputs = self.reference.get_inputs()
         return list(to_device(inputs, self.device))

@@ -140,3 +140,44 @@ def test_a_resized_input_is_caught() -> None:
     x = next(t for t in graph.draw(5) if isinstance(t, torch.Tensor))
     x.resize_(x.numel() * 64)
     assert not graph.intact()
+
+
+def _break_default_generator() -> None:
+    """A capture that fails part-way, as L2-5's program's forward does: torch leaves the device's default
+    generator marked as capturing, and every later draw from it raises."""
+    graph, x = torch.cuda.CUDAGraph(), torch.ones(4, device="cuda")
+    with pytest.raises(Exception):  # noqa: B017 - torch's error class for it varies between releases
+        with torch.cuda.graph(graph):
+            (x * 2).sum().item()
+    with pytest.raises(RuntimeError, match="Offset increment outside graph capture"):
+        torch.randn(4, device="cuda")
+
+
+@pytest.mark.parametrize("graph_inputs", [True, False], ids=["graph", "eager"])
+def test_inputs_survive_a_programs_failed_capture(graph_inputs: bool) -> None:
+    """The harness draws from a generator of its own, so a program that breaks the default one still gets
+    the same inputs, and the default generator is left where get_inputs would leave it."""
+    problem = load_starter_suite()[0]
+    worker = _graphed_worker(problem.source) if graph_inputs else _worker(problem.source)
+    assert worker.plan is not None and (worker.graphed is not None) == graph_inputs
+    default = worker.default_generator
+    assert default is not None and worker.generator is not default
+
+    def draw(seed: int) -> list[torch.Tensor]:
+        made = worker.graphed.draw(seed) if worker.graphed is not None else worker._inputs_for(seed)
+        return [x.clone() for x in made if isinstance(x, torch.Tensor)]
+
+    before, state = draw(7), default.get_state()
+    try:
+        _break_default_generator()
+        after = draw(7)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)) and len(before) == len(after)
+        assert torch.equal(default.get_state(), state)
+    finally:
+        default.graphsafe_set_state(default.clone_state())  # mended for the tests that follow
+    # where the reference's own get_inputs leaves it, as before the harness drew from its own generator
+    torch.default_generator.manual_seed(7)
+    default.manual_seed(7)
+    with torch.device("cuda"):
+        worker.reference.get_inputs()
+    assert torch.equal(default.get_state(), state)
