@@ -176,6 +176,7 @@ class CrossGpuParams:
     run_timeout_s: float | None = None  # how long a picked-up run may take (None: no limit)
     poll_s: float = 5.0
     out_dir: str = "reports/cross_gpu"
+    report_name: str = "cross_gpu"  # file stem under out_dir: <name>.md, .csv, .json, <name>-rows-<GPU>.csv
     threshold: float = 1.01
 
     def __post_init__(self) -> None:

@@ -109,10 +109,18 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     if undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
-                              f"`python -m cudal1.cross_gpu_pool {pool_dir}` on a {gpu_kind} host to finish")
+                              f"`python -m cudal1.cross_gpu_pool {_shown(pool_dir)}` on a {gpu_kind} host to finish")
     elif evaluations:
         message = f"{message} ({len(evaluations)} finished evaluations kept)".strip()
     return PoolResult(pool, gpu_kind, status, message, tuple(evaluations))
+
+
+def _shown(path: Path) -> str:
+    """A path as a page shows it: relative to the working directory where it lies under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 @dataclass(frozen=True)
@@ -153,14 +161,22 @@ def _fmt(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def render_markdown(rows: Sequence[dict[str, Any]], title: str, threshold: float) -> str:
-    head = ["GPU", "Mean", "Max", "75%", "50%", "25%", "Success", f"Speedup>{threshold:g}", "Run"]
-    lines = [f"# {title}", "",
-             "Speedup = reference time / candidate time, measured on each GPU kind; a problem's score is its "
-             "best correct candidate; statistics over the problems with one.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def _file_part(text: str) -> str:
+    """A GPU kind as part of a file name: letters, digits, '-' and '_' kept, anything else '_'."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text) or "gpu"
+
+
+def render_markdown(rows: Sequence[dict[str, Any]], title: str, threshold: float, command: str = "") -> str:
+    head = ["GPU", "Device (as torch names it)", "Mean", "Max", "75%", "50%", "25%", "Success",
+            f"Speedup>{threshold:g}", "Run"]
+    lines = [f"# {title}", ""]
+    if command:
+        lines += [f"Written by the cross-GPU report; regenerate it with `{command}`.", ""]
+    lines += ["Speedup = reference time / candidate time, measured on each GPU kind; a problem's score is its "
+              "best correct candidate; statistics over the problems with one.", "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["gpu"], *(_fmt(r[k]) for k in ("mean", "max", "p75", "p50", "p25")),
+        cells = [r["gpu"], r.get("device_names") or "-", *(_fmt(r[k]) for k in ("mean", "max", "p75", "p50", "p25")),
                  f"{r['success']}/{r['total']}", f"{r['above_threshold']}/{r['total']}", r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r['gpu']} (pool `{r['pool']}`): {r['message']}" for r in rows if r["message"]]
@@ -214,22 +230,25 @@ def render_reproduction(rep: Reproduction, threshold: float) -> str:
 
 
 def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, title: str, threshold: float,
-                 rep: Reproduction | None = None) -> dict[str, Path]:
-    """cross_gpu.md, cross_gpu.csv and cross_gpu.json under ``out_dir`` (with ``rep``, the baseline
-    columns in the markdown and cross_gpu_rows.csv: one row per problem and GPU); returns the paths by format."""
+                 rep: Reproduction | None = None, name: str = "cross_gpu", command: str = "") -> dict[str, Path]:
+    """<name>.md, <name>.csv and <name>.json under ``out_dir``; with ``rep``, the baseline columns in the
+    markdown and one per-row table per GPU, <name>-rows-<GPU>.csv (a row per problem). ``command``, the
+    one that regenerates them, heads the markdown. Returns the paths by format (``rows:<pool>``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out / "cross_gpu.md", "csv": out / "cross_gpu.csv", "json": out / "cross_gpu.json"}
-    text = render_markdown(rows, title, threshold)
+    paths = {"markdown": out / f"{name}.md", "csv": out / f"{name}.csv", "json": out / f"{name}.json"}
+    text = render_markdown(rows, title, threshold, command)
     if rep is not None:
         text += render_reproduction(rep, threshold)
-        per_row = [{"gpu": rep.kinds.get(pool, pool), **row} for pool, table in rep.rows.items() for row in table]
-        if per_row:
-            paths["rows"] = out / "cross_gpu_rows.csv"
-            with paths["rows"].open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(per_row[0]))
-                writer.writeheader()
-                writer.writerows(per_row)
+        for pool, table in rep.rows.items():
+            kind = rep.kinds.get(pool, pool)
+            per_row = [{"gpu": kind, **row} for row in table]
+            if per_row:
+                paths[f"rows:{pool}"] = out / f"{name}-rows-{_file_part(kind)}.csv"
+                with paths[f"rows:{pool}"].open("w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=list(per_row[0]))
+                    writer.writeheader()
+                    writer.writerows(per_row)
     paths["markdown"].write_text(text)
     columns = ["gpu", "pool", "status", "evaluations", *STAT_KEYS, "device_names", "message"]
     with paths["csv"].open("w", newline="") as f:

@@ -166,12 +166,13 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
         for column in COLUMNS:
             base = bases.get(baseline_origin(column))
             v = _measured(program) if column == "eager" else versus(program, base)
-            row[f"vs_{column}"] = v.speedup if v else None
-            row[f"vs_{column}_low"] = v.low if v else None
-            row[f"vs_{column}_high"] = v.high if v else None
+            name = field_name(column)
+            row[f"vs_{name}"] = v.speedup if v else None
+            row[f"vs_{name}_low"] = v.low if v else None
+            row[f"vs_{name}_high"] = v.high if v else None
             if column != "eager":
-                row[f"{column}_status"] = base.status.value if base is not None else ""
-                row[f"{column}_ms"] = base.candidate_ms if base is not None and base.ok else None
+                row[f"{name}_status"] = base.status.value if base is not None else ""
+                row[f"{name}_ms"] = base.candidate_ms if base is not None and base.ok else None
         rows.append(row)
     return rows
 
@@ -179,7 +180,13 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
 def counts(row: dict[str, Any], column: str, tolerance: str) -> bool:
     """Whether a row is a success in a column: correct under the tolerance and measured in the column."""
     correct = row["status"] == "ok" and (tolerance == "1e-2" or row["strict_status"] == "ok")
-    return correct and row[f"vs_{column}"] is not None
+    return correct and row[f"vs_{field_name(column)}"] is not None
+
+
+def field_name(column: str) -> str:
+    """A column's name in the per-row table: ``compile-default`` -> ``compile_default`` (an identifier in
+    every tool that reads the CSV)."""
+    return column.replace("-", "_")
 
 
 def aggregates(rows: Sequence[dict[str, Any]], threshold: float = 1.01) -> list[dict[str, Any]]:
@@ -188,7 +195,7 @@ def aggregates(rows: Sequence[dict[str, Any]], threshold: float = 1.01) -> list[
     out = []
     for column in COLUMNS:
         for tolerance in TOLERANCES:
-            values = [r[f"vs_{column}"] for r in rows if counts(r, column, tolerance)]
+            values = [r[f"vs_{field_name(column)}"] for r in rows if counts(r, column, tolerance)]
             out.append({"column": column, "tolerance": tolerance, **summarize(values, len(rows), threshold)})
     return out
 

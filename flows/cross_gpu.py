@@ -143,7 +143,8 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
                 rep = replace(rep, stats=[*rep.stats, ("reported (release)", reported_aggregates(release, params.threshold))])
         name = Path(params.release or params.candidates).name
         title = f"Cross-GPU: {name}, {len(problems)} problems"
-        written = write_tables(rows, params.out_dir, title, params.threshold, rep)
+        command = f"python -m flows.cross_gpu --params {os.path.relpath(params_path)} --gather"
+        written = write_tables(rows, params.out_dir, title, params.threshold, rep, params.report_name, command)
         run.log_artifacts([str(p) for p in written.values()])
         run.log_metrics({"pools": len(rows), "completed": sum(r["status"] == "completed" for r in rows)})
         for row in rows:

@@ -72,25 +72,31 @@ def test_pools_without_workers_meet_in_the_storage_and_fill_the_baseline_columns
     one, two = problems[0].problem_id, problems[1].problem_id
     compiled = next(e for e in a if e.candidate_id == baselines[0].candidate_id)
     assert compiled.status is Status.OK, compiled.reason  # torch.compile's rewrite passes the evaluator
-    assert by_id[one]["compile-default_status"] == "ok" and by_id[one]["vs_compile-default"] is not None
-    assert by_id[two]["compile-default_status"] == "" and by_id[two]["vs_compile-default"] is None
+    assert by_id[one]["compile_default_status"] == "ok" and by_id[one]["vs_compile_default"] is not None
+    assert by_id[two]["compile_default_status"] == "" and by_id[two]["vs_compile_default"] is None
     assert {by_id[p]["cuda_graph_status"] for p in (one, two)} == {"ok"} and by_id[two]["vs_cuda_graph"] is not None
-    assert by_id[two]["compile-reduce-overhead_status"] not in ("", "ok")
-    assert by_id[two]["vs_compile-reduce-overhead"] is None and by_id[two]["vs_eager"] is not None
+    assert by_id[two]["compile_reduce_overhead_status"] not in ("", "ok")
+    assert by_id[two]["vs_compile_reduce_overhead"] is None and by_id[two]["vs_eager"] is not None
     program = next(e for e in a if e.problem_id == one and e.candidate_id == programs[0].candidate_id)
     expected = program.speedup / compiled.speedup
-    assert by_id[one]["vs_compile-default"] == pytest.approx(expected)
-    assert by_id[one]["vs_compile-default_low"] <= expected <= by_id[one]["vs_compile-default_high"]
+    assert by_id[one]["vs_compile_default"] == pytest.approx(expected)
+    assert by_id[one]["vs_compile_default_low"] <= expected <= by_id[one]["vs_compile_default_high"]
     assert by_id[one]["strict_status"] in ("ok", "incorrect")  # decided from the recorded error, not 'unknown'
     stats = {(s["column"], s["tolerance"]): s for s in dict(rep.stats)["A"]}
     assert stats[("eager", "1e-2")]["success"] == 2 and stats[("compile-default", "1e-2")]["success"] == 1
     assert stats[("cuda_graph", "1e-2")]["success"] == 2 and stats[("compile-reduce-overhead", "1e-2")]["success"] == 0
 
-    written = write_tables(rows, tmp_path / "out", "test", 1.01, rep)
+    written = write_tables(rows, tmp_path / "out", "test", 1.01, rep, name="cross-gpu", command="make it")
+    assert written["markdown"].name == "cross-gpu.md"
     text = written["markdown"].read_text()
+    assert "regenerate it with `make it`" in text
+    assert rows[0]["device_names"] and f"| A | {rows[0]['device_names']} |" in text  # as torch names the device
     assert "**vs torch.compile (default)**" in text and "**vs CUDA graphs**" in text
     assert "## Rows whose A and B speedups differ by more than 25%" in text
-    table = written["rows"].read_text().splitlines()
-    assert len(table) == 1 + 2 * len(problems) and table[0].startswith("gpu,problem_id,level,status")
+    for pool, kind in (("gpu-a", "A"), ("gpu-b", "B")):
+        table = written[f"rows:{pool}"].read_text().splitlines()
+        assert written[f"rows:{pool}"].name == f"cross-gpu-rows-{kind}.csv"
+        assert len(table) == 1 + len(problems) and table[0].startswith("gpu,problem_id,level,status")
+        assert {"vs_eager", "vs_compile_default", "vs_compile_reduce_overhead", "vs_cuda_graph"} <= set(table[0].split(","))
     document = json.loads(written["json"].read_text())
     assert {b["gpu"] for b in document["baselines"]} == {"A", "B"} and document["moved"][0]["gpus"] == ["A", "B"]

@@ -70,11 +70,15 @@ def test_release_through_stage_pool_runner_local_pool_and_gather(tmp_path: Path,
     table = {row["gpu"]: row for row in json.loads((out / "cross_gpu.json").read_text())["gpus"]}
     assert table["H100"]["status"] == table["H200"]["status"] == "completed"
     assert table["H100"]["total"] == 3 and table["H100"]["evaluations"] == 4  # 2 programs + 2 baselines
-    with (out / "cross_gpu_rows.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert [r["problem_id"] for r in rows if r["gpu"] == "H100"] == ids
+    rows = []
+    for kind in ("H100", "H200"):  # one per-row table per GPU, a row per problem
+        with (out / f"cross_gpu-rows-{kind}.csv").open() as f:
+            table = list(csv.DictReader(f))
+        assert [r["problem_id"] for r in table] == ids and {r["gpu"] for r in table} == {kind}
+        rows += table
     assert {r["status"] for r in rows if r["problem_id"] == ids[2]} == {"no_program"}
     assert all(r["vs_cuda_graph"] for r in rows if r["status"] == "ok")
     markdown = (out / "cross_gpu.md").read_text()
+    assert "regenerate it with `python -m flows.cross_gpu --params params.yaml --gather`" in markdown
     assert "**vs CUDA graphs**" in markdown and "| reported (release) | reported | 2.00 |" in markdown
     assert "## Rows whose H100 and H200 speedups differ by more than 25%" in markdown
