@@ -257,11 +257,12 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     cand = (a["candidate_ms"] or 0.0) / max(b["candidate_ms"] or 0.0, 1e-12)
     if ref and cand:
         notes.append(f"the reference runs {ref:.2f}x faster on {kind_b}, the program {cand:.2f}x")
+        memory = _bandwidths(kind_a, kind_b)
         if ref > 1.15 and ref > cand * 1.15:
-            notes.append(f"the reference gains more from {kind_b}'s faster memory (4.8 vs 3.35 TB/s, same SMs): "
-                         "a memory-bound reference, the program's time set by something else")
+            notes.append(f"the reference gains more from {kind_b}{memory}: a memory-bound reference, the "
+                         "program's time set by something else")
         elif cand > 1.15 and cand > ref * 1.15:
-            notes.append(f"the program gains more from {kind_b}'s faster memory than the reference: a memory-bound "
+            notes.append(f"the program gains more from {kind_b}{memory} than the reference: a memory-bound "
                          "program beside a reference bound by compute or launches")
     overlap = (a["vs_eager_low"] or 0.0) <= (b["vs_eager_high"] or 0.0) and (b["vs_eager_low"] or 0.0) <= (a["vs_eager_high"] or 0.0)
     if overlap:
@@ -270,6 +271,19 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     if "noisy" in a["flags"] or "noisy" in b["flags"]:
         notes.append("flagged noisy on " + " and ".join(k for k, r in ((kind_a, a), (kind_b, b)) if "noisy" in r["flags"]))
     return "; ".join(notes) or "unexplained by what was recorded"
+
+
+# Peak memory bandwidth, TB/s, of the GPU kinds the cross-GPU pools name (vendors' data sheets; the SXM
+# parts, A100 80GB): why a memory-bound program moves between two kinds.
+BANDWIDTH_TBS = {"H100": 3.35, "H200": 4.8, "H20": 4.0, "A100": 2.04, "L40": 0.864, "3090": 0.936}
+
+
+def _bandwidths(kind_a: str, kind_b: str) -> str:
+    """The possessive of a kind's memory, with both kinds' bandwidths where known: "'s memory (4.8 vs 3.35 TB/s)"."""
+    a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
+    if a is None or b is None:
+        return "'s memory"
+    return f"'s memory ({b:g} vs {a:g} TB/s)"
 
 
 def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kind_a: str, kind_b: str,

@@ -73,6 +73,6 @@ def test_moved_rows_carry_the_reason_the_two_measurements_show() -> None:
     moved = {m["problem_id"]: m for m in gaps(row_table(problems, programs, h100), row_table(problems, programs, h200),
                                               "H100", "H200")}
     assert set(moved) == {"L1-1", "L1-2", "L1-4"}
-    assert "faster memory" in moved["L1-1"]["reason"] and moved["L1-1"]["H200"] == pytest.approx(1.4)
+    assert "H200's memory (4.8 vs 3.35 TB/s)" in moved["L1-1"]["reason"] and moved["L1-1"]["H200"] == pytest.approx(1.4)
     assert moved["L1-2"]["reason"].startswith("verdict differs: ok on H100") and "output 0 differs" in moved["L1-2"]["reason"]
     assert moved["L1-4"]["reason"].startswith("a build that differs: its extension built on H200 only")
