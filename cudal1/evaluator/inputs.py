@@ -75,7 +75,7 @@ _RANDOM = {torch.randn, torch.rand, torch.randint}
 
 
 def explicit_generator(func: Any, kwargs: dict, cpu_generator: torch.Generator,
-               device_generator: torch.Generator | None) -> dict[str, torch.Generator]:
+                       device_generator: torch.Generator | None) -> dict[str, torch.Generator]:
     """The generator a random draw names explicitly: the CPU's default, or the worker's own device one."""
     if func not in _RANDOM:
         return {}
