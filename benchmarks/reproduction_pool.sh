@@ -3,7 +3,7 @@
 # repository root, with the staged storage carried along (data/reproduction/<key>, written here by
 # `python -m flows.cross_gpu --params reproduction.yaml --stage`):
 #
-#   POOL=data/reproduction/<key>/gpu-h100 [LIMIT_S=540] [DEVICES=cuda:0] bash benchmarks/reproduction_pool.sh
+#   POOL=data/reproduction/<key>/gpu-h100 [LIMIT_S=540] [DEVICES=cuda:0] [AHEAD=3] bash benchmarks/reproduction_pool.sh
 #
 # Runs the torch-only pool runner until it finishes or LIMIT_S passes (it resumes from the carried
 # measurements.jsonl next time), then copies the pool's files to $OUT: put them back into the same pool
@@ -22,7 +22,8 @@ if [ ! -f "$POOL/measurements.jsonl" ] && [ -f "$kept" ]; then cp "$kept" "$POOL
 count() { if [ -f "$POOL/measurements.jsonl" ]; then wc -l < "$POOL/measurements.jsonl"; else echo 0; fi; }
 before=$(count)
 start=$(date +%s)
-timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} > "$OUT/pool.log" 2>&1
+timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} \
+  ${AHEAD:+--ahead "$AHEAD"} > "$OUT/pool.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
 pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the calling shell
 for f in measurements.jsonl evaluations.jsonl; do

@@ -79,9 +79,11 @@ def pool_config(spec: dict[str, Any]) -> EvalConfig:
 
 
 def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
-             progress: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
-    """Evaluate the pool's inputs on ``devices`` (default: pool.json's) and write its completed result."""
+             progress: Callable[[Evaluation], None] | None = None, ahead: int | None = None) -> list[Evaluation]:
+    """Evaluate the pool's inputs on ``devices`` (default: pool.json's) and write its completed result.
+    ``ahead``: candidates a device loads ahead of the one it times (default: the evaluator's)."""
     from cudal1.evaluator import evaluate_many
+    from cudal1.evaluator.batch import AHEAD
     from cudal1.generation.augment import select_measured
 
     pool_dir = Path(pool_dir)
@@ -96,7 +98,8 @@ def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
     config = pool_config(spec).with_device(devices[0])
     measurements = pool_dir / MEASUREMENTS
     unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
-    evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress)
+    evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress,
+                  ahead=ahead or AHEAD)
     evaluations = select_measured(load_evaluations(measurements), problems, candidates, config, devices)
     if len(evaluations) == len(candidates):
         save_evaluations(evaluations, pool_dir / COMPLETED)
@@ -107,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pool_dir", type=Path, help="<storage>/<key>/<pool>, as staged by the cross_gpu flow")
     ap.add_argument("--devices", default="", help="comma-separated, e.g. cuda:0,cuda:1 (default: pool.json's)")
+    ap.add_argument("--ahead", type=int, default=None,
+                    help="candidates a device loads ahead of the one it times (default 3: a reproduction row)")
     args = ap.parse_args(argv)
     started, done = time.perf_counter(), [0]
 
@@ -117,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{e.status.value:13s} {speed:>8s} {e.reason[:80]}", flush=True)
 
     try:
-        evaluations = run_pool(args.pool_dir, [d for d in args.devices.split(",") if d] or None, progress)
+        evaluations = run_pool(args.pool_dir, [d for d in args.devices.split(",") if d] or None, progress, args.ahead)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -16,7 +16,7 @@ import pytest
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import QUIET
-from cudal1.evaluator.schedule import DeviceQueue, Groups, RunAhead, quiet_after
+from cudal1.evaluator.schedule import DeviceQueue, Groups, RunAhead, build_order, quiet_after
 from cudal1.problems import Problem
 
 
@@ -70,6 +70,24 @@ def test_order_is_kept_among_ready_groups() -> None:
     names = [f"p{i}" for i in range(5)]
     groups = Groups([_group(n) for n in names], {})
     assert [groups.take()[0].problem_id for _ in names] == names  # type: ignore[index]
+
+
+def test_builds_go_in_from_both_ends_after_the_first_groups() -> None:
+    """The groups timed first are built first; then the back of the list (a release's level 3, slow to
+    build) alternates with the front, so its builds run while the devices time the front."""
+    assert build_order(list(range(12)), lead=4) == [0, 1, 2, 3, 4, 11, 5, 10, 6, 9, 7, 8]
+    assert build_order(list(range(3)), lead=8) == [0, 1, 2]
+    assert build_order([], lead=2) == []
+    items = list(range(50))
+    assert sorted(build_order(items)) == items  # every group once
+
+
+def test_a_device_loads_at_least_one_candidate_ahead(tmp_path: Path) -> None:
+    from cudal1.evaluator import EvalConfig, evaluate_many
+
+    problem, cands = _group("p")
+    with pytest.raises(ValueError, match="ahead=0"):
+        evaluate_many([problem], cands, EvalConfig(), results_path=tmp_path / "r.jsonl", ahead=0)
 
 
 def test_device_queue_looks_two_candidates_ahead_across_a_problem_end() -> None:

@@ -27,12 +27,12 @@ CONFIG = EvalConfig(correctness_trials=2, timing_trials=3, target_trial_ms=5.0, 
 pytestmark = pytest.mark.slow  # three processes evaluate 4-8 candidates each, one torch.compile build
 
 
-def _pool_runner(pool_dir: Path) -> subprocess.CompletedProcess[str]:
+def _pool_runner(pool_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """The runner as a GPU host runs it; it must not import what those hosts lack."""
     code = ("import sys; from cudal1.cross_gpu_pool import main; main(sys.argv[1:]); "
             "heavy = {'polars', 'prefect', 'mlflow', 'dvc', 'transformers', 'trl'} & {m.split('.')[0] for m in sys.modules}; "
             "assert not heavy, heavy")
-    return subprocess.run([sys.executable, "-c", code, str(pool_dir)], capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-c", code, str(pool_dir), *options], capture_output=True, text=True, timeout=600,
                           env=os.environ | {"PYTHONPATH": str(REPO)})
 
 
@@ -58,7 +58,7 @@ def test_pools_without_workers_meet_in_the_storage_and_fill_the_baseline_columns
     save_evaluations(load_evaluations(folder / "gpu-a" / MEASUREMENTS)[:2], folder / "gpu-b" / MEASUREMENTS)
     partial = gather_pool(folder / "gpu-b", "gpu-b", "B", CONFIG, candidates)
     assert partial.status == "partial" and len(partial.evaluations) == 2 and "cross_gpu_pool" in partial.message
-    second = _pool_runner(folder / "gpu-b")
+    second = _pool_runner(folder / "gpu-b", "--ahead", "1")  # one candidate loaded ahead: same results
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     measured = [line for line in second.stdout.splitlines() if line.startswith("[")]
     assert len(measured) == len(candidates) - 2  # only the rest

@@ -36,7 +36,7 @@ from cudal1.evaluator.core import (
 )
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.schedule import DeviceQueue, Group, Groups, RunAhead, quiet_after
+from cudal1.evaluator.schedule import DeviceQueue, Group, Groups, RunAhead, build_order, quiet_after
 from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
@@ -172,11 +172,15 @@ def evaluate_many(
     build_workers: int | None = None,
     extensions_root: Path | None = None,
     costs: Mapping[str, float] | None = None,
+    ahead: int = AHEAD,
 ) -> list[Evaluation]:
     """Evaluate candidates against their problems on one or more devices; returns the new evaluations
     (with results_path, the file holds the earlier ones too). ``costs`` (seconds by problem id, e.g. an
     earlier run's eval_s) orders the problems largest first, so on several devices the last problems
-    handed out are short ones and the devices finish together."""
+    handed out are short ones and the devices finish together. ``ahead``: candidates each device loads
+    ahead of the one it times (:data:`AHEAD`)."""
+    if ahead < 1:
+        raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
     by_id = {p.problem_id: p for p in problems}
     unknown = sorted({c.problem_id for c in candidates} - set(by_id))
     if unknown:
@@ -205,11 +209,11 @@ def evaluate_many(
     if costs:
         ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        # Submitted in the order the devices take the groups: a group is timed once all its builds are
-        # done, so builds submitted in candidate order (every program, then every baseline) kept the
-        # reproduction's first group waiting ~6 minutes for a hundred unrelated programs' builds
-        # (docs/gpu-runs.md#2026-11-25-pool-start).
-        for c in (c for _pid, cands in ordered for c in cands):
+        # Submitted by group, the first groups first: a group is timed once all its builds are done, so
+        # builds submitted in candidate order (every program, then every baseline) kept the reproduction's
+        # first group waiting ~6 minutes for a hundred unrelated programs' builds
+        # (docs/gpu-runs.md#2026-11-25-pool-start); then from both ends in turn (schedule.build_order).
+        for c in (c for _pid, cands in build_order(ordered) for c in cands):
             # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
             # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
             needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
@@ -220,7 +224,7 @@ def evaluate_many(
 
         def run_device(device: str) -> None:
             try:
-                _DeviceLoop(device, groups, builds, config, devices, ext_root, sink).run()
+                _DeviceLoop(device, groups, builds, config, devices, ext_root, sink, ahead).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -241,7 +245,7 @@ def evaluate_many(
 
 class _DeviceLoop:
     """One device, one candidate timed at a time. What comes next gets ready while the current candidate
-    is checked, off the critical path: the workers of the next ``AHEAD`` candidates (and the reference
+    is checked, off the critical path: the workers of the next ``ahead`` candidates (and the reference
     workers of their problems) start, and load in batches (import, cached build, construct). Process
     start-up puts almost nothing on the device; loading does, so timing waits until the loads sent are
     done: nothing else of the batch runs on the device while a candidate is timed
@@ -249,14 +253,14 @@ class _DeviceLoop:
     this class wires it to the evaluator and records each result."""
 
     def __init__(self, device: str, groups: Groups, builds: dict[str, Future[str]], config: EvalConfig,
-                 devices: Sequence[str], ext_root: Path, sink: _Sink) -> None:
-        self.device, self.groups, self.builds, self.devices = device, groups, builds, devices
+                 devices: Sequence[str], ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
+        self.device, self.groups, self.builds, self.devices, self.ahead = device, groups, builds, devices, ahead
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
 
     def run(self) -> None:
-        with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * AHEAD) as loader:
-            queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), AHEAD)
+        with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
+            queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), self.ahead)
             self.release_ahead = queue.release
             ahead: RunAhead[WorkerProcess] = RunAhead(self._start_worker, self._load_ahead, _load_reference,
                                                       self._startable, loader)
