@@ -18,7 +18,7 @@ t0=$(date +%s.%N)
 # import is compiled into it: the standard library and each top-level package they load, not torch alone.
 dirs=$(python3 - <<'PY'
 import os, sys, sysconfig
-import torch, cudal1.cli, cudal1.evaluator.worker  # noqa: F401  what the parent and the workers import
+import torch, cudal1.cli, cudal1.evaluator.worker_main  # noqa: F401  what the parent and the workers import
 from cudal1.evaluator import zygote
 zygote.warm()  # torch.compile's machinery and Triton, imported by the fork server
 roots = {sysconfig.get_paths()["stdlib"], "cudal1"}

@@ -1,5 +1,5 @@
 """Workers forked by the fork server (cudal1/evaluator/zygote.py) are what a fresh `python -m
-cudal1.evaluator.worker` would be: sandboxed uid without groups, own session, only their own descriptors,
+cudal1.evaluator.worker_main` would be: sandboxed uid without groups, own session, only their own descriptors,
 their own environment; exit codes reach the parent; without the server the evaluator starts them as before."""
 
 from __future__ import annotations

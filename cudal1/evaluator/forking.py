@@ -111,7 +111,7 @@ class ForkedProcess:
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("cudal1.evaluator.worker", timeout or 0)
+                raise subprocess.TimeoutExpired("cudal1.evaluator.worker_main", timeout or 0)
             with self.server.changed:
                 self.server.changed.wait(timeout=0.05 if left is None else min(left, 0.05))
         assert self.returncode is not None

@@ -197,7 +197,7 @@ class WorkerProcess:
         if child_sock is not None:
             pass_fds.append(child_sock.fileno())
             fd_options += ["--fd-sock", "{2}"]
-        argv = [sys.executable, "-m", "cudal1.evaluator.worker", *(o.format(*pass_fds) for o in fd_options), *options]
+        argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options), *options]
         # Forked from a server that has torch imported (cudal1.evaluator.zygote), else started afresh.
         forked = fork_worker({k: v for k, v in env.items() if k not in _PER_WORKER}, env, [*fd_options, *options],
                              str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice)

@@ -1,6 +1,7 @@
 """The isolated worker: one process runs ONE program (a reference or a candidate) and nothing else.
 
-Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.worker --cmd-fd N --reply-fd M``.
+Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.worker_main --cmd-fd N
+--reply-fd M`` (the process around a :class:`Worker`: limits, CPU pinning, the command loop).
 Commands arrive as JSON lines on a private pipe and replies leave on another, so a candidate printing to
 stdout cannot forge a reply; fd 0 is /dev/null and fd 1 is redirected to the log. Inputs never travel:
 both workers generate them from the seed the parent sends, with the reference's ``get_inputs``. Tensors
@@ -12,14 +13,12 @@ This module imports torch and the standard library only: it is the GPU evaluatio
 
 from __future__ import annotations
 
-import argparse
 import builtins
 import json
 import os
 import socket
 import sys
 import time
-import traceback
 import types
 from pathlib import Path
 from typing import Any
@@ -389,111 +388,3 @@ class Worker:
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
         return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
                 "call_ms": call_ms} | shipped
-
-
-def _limit_resources(memory_limit_mb: int, cuda: bool) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault must not write a core file
-    if os.getuid() != 0:  # a fresh sandbox uid: cap its processes and threads (fork bombs)
-        resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))
-    if memory_limit_mb > 0 and not cuda:  # CUDA reserves a huge virtual address space: no RLIMIT_AS
-        limit = memory_limit_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cmd-fd", type=int, required=True)
-    parser.add_argument("--reply-fd", type=int, required=True)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--core", type=int, default=None)
-    parser.add_argument("--memory-limit-mb", type=int, default=0)
-    parser.add_argument("--no-flush-l2", action="store_true")
-    parser.add_argument("--fd-sock", type=int, default=-1)
-    args = parser.parse_args(argv)
-
-    commands = os.fdopen(args.cmd_fd, "r", encoding="utf-8")
-    replies = os.fdopen(args.reply_fd, "w", encoding="utf-8", buffering=1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
-    _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
-    _pin_cpu(args.device, args.core)
-    send_json = json.dumps
-    fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
-    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
-    if worker.device.type == "cuda":
-        torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
-        # workers then hide this cost behind another candidate's timing
-    handlers = {
-        "load": worker.load,
-        "reference": worker.reference_outputs,
-        "run": worker.run,
-        "time": worker.time_trial,
-        "probe": worker.probe,
-        "warm": worker.warm,
-    }
-    replies.write(send_json({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
-    for line in commands:
-        msg = json.loads(line)
-        if msg["cmd"] == "exit":
-            break
-        for block in worker.keep:  # the parent copied the last command's exports before sending this one
-            block.release()
-        worker.keep = []
-        try:
-            reply = handlers[msg["cmd"]](msg)
-        except SyntaxError as exc:
-            reply = {"ok": False, "kind": "compile_error", "error": f"SyntaxError: {exc}"}
-        except BaseException as exc:  # noqa: BLE001 - every failure of untrusted code becomes a verdict
-            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            kind = "compile_error" if _is_build_error(exc) else "runtime_error"
-            if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-                text = f"out of memory: {text}"
-            reply = {"ok": False, "kind": kind, "error": text[-4000:], "traceback": traceback.format_exc()[-4000:]}
-        reply["violations"] = worker.violations() if worker.guards else {}
-        if worker.builds is not None:
-            reply["builds"] = worker.builds.summary()
-        reply["nonce"] = msg.get("nonce")
-        replies.write(send_json(reply) + "\n")
-    replies.flush()
-    os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
-
-
-def _pin_cpu(device: str, core: int | None = None) -> None:
-    """A GPU's timed workers (its reference and its candidates) run on one core of their own: the launch
-    of a small kernel is host work, and a process that migrates between cores, or lands beside a busy
-    one, times the same program differently from one trial to the next. Both programs of a pair share
-    that core (they are never timed at once), so neither is favoured. On a CPU device the parent names
-    the core (one per problem): a load that sits on one core for seconds then slows both programs of the
-    pair alike instead of one of them."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    if not device.startswith("cuda"):
-        if core is not None and core in os.sched_getaffinity(0):
-            try:
-                os.sched_setaffinity(0, {core})
-            except OSError:
-                pass
-        return
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or os.nice(0) > 0:
-        return  # a build worker (no GPU, or low priority): it and its compilers use every other core
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 4:
-        return  # too few cores to give one away
-    index = int(device.split(":")[1]) if ":" in device else 0
-    try:
-        os.sched_setaffinity(0, {allowed[-1 - index % (len(allowed) // 2)]})
-    except OSError:
-        pass
-
-
-def _is_build_error(exc: BaseException) -> bool:
-    text = str(exc)
-    return "Error building extension" in text or "ninja" in text.lower() and "build" in text.lower()
-
-
-if __name__ == "__main__":
-    main()

@@ -5,7 +5,7 @@ and ``import torch`` (1.5 s on a 2-core CPU machine, 1.6-3.5 s on the GPU hosts)
 Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.zygote --sock-fd N`` with the
 environment that must be in place before torch loads (threads, malloc thresholds, PYTHONPATH). It never
 runs untrusted code and never touches a GPU: CUDA is initialised by each child, after the fork. A child
-becomes exactly what ``python -m cudal1.evaluator.worker`` under ``subprocess.Popen`` would be: its own
+becomes exactly what ``python -m cudal1.evaluator.worker_main`` under ``subprocess.Popen`` would be: its own
 session, stdin /dev/null, stdout and stderr to its log, only the descriptors it was given, its
 directory, its environment and (as root) a fresh uid with no groups, set before any of its code runs.
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch  # noqa: F401 - the point: every child starts with torch imported
 
-from cudal1.evaluator import worker
+from cudal1.evaluator import worker_main
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
 # most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
@@ -163,8 +163,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             os.setuid(uid)
         own_caches()  # as the worker: gettempdir() tries a file in its TMPDIR
         argv = [a.format(*fds[1:]) for a in request["argv"]]  # "{0}": the first descriptor after the log
-        sys.argv = ["cudal1.evaluator.worker", *argv]
-        worker.main(argv)  # ends with os._exit(0)
+        sys.argv = ["cudal1.evaluator.worker_main", *argv]
+        worker_main.main(argv)  # ends with os._exit(0)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
