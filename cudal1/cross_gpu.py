@@ -109,7 +109,7 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     if undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
-                              f"`python -m cudal1.cross_gpu_pool {_shown(pool_dir)}` on a {gpu_kind} host to finish")
+                              f"`python -m cudal1.cross_gpu_pool {_shown(pool_dir)}` on an available {gpu_kind} machine to finish")
     elif evaluations:
         message = f"{message} ({len(evaluations)} finished evaluations kept)".strip()
     return PoolResult(pool, gpu_kind, status, message, tuple(evaluations))
