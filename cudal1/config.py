@@ -185,6 +185,9 @@ class CrossGpuParams:
             raise ValueError(f"pool names must be unique, got {names}")
         if self.wait_timeout_s <= 0 or self.poll_s <= 0:
             raise ValueError("wait_timeout_s and poll_s must be positive")
+        if not self.report_name or not all(c.isalnum() or c in "-_." for c in self.report_name):
+            raise ValueError(f"report_name {self.report_name!r}: a file stem (letters, digits, '-', '_', '.'); "
+                             "the folder goes in out_dir")
         from cudal1.reproduction import BASELINES
 
         unknown = [b for b in self.baselines if b not in BASELINES]

@@ -100,3 +100,12 @@ def test_pools_without_workers_meet_in_the_storage_and_fill_the_baseline_columns
         assert {"vs_eager", "vs_compile_default", "vs_compile_reduce_overhead", "vs_cuda_graph"} <= set(table[0].split(","))
     document = json.loads(written["json"].read_text())
     assert {b["gpu"] for b in document["baselines"]} == {"A", "B"} and document["moved"][0]["gpus"] == ["A", "B"]
+
+
+def test_report_name_is_a_file_stem() -> None:
+    """The report's files go in out_dir; a report_name with a folder in it is refused with the fix."""
+    from cudal1.config import CrossGpuParams
+
+    assert CrossGpuParams(report_name="cross-gpu").report_name == "cross-gpu"
+    with pytest.raises(ValueError, match="report_name 'docs/x'.*the folder goes in out_dir"):
+        CrossGpuParams(report_name="docs/x")
