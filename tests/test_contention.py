@@ -60,8 +60,11 @@ def test_a_busy_neighbour_on_the_timed_core_is_caught(monkeypatch: pytest.Monkey
         spinner.wait()
     assert evaluation.status is Status.OK, evaluation.reason
     assert {"contended", "noisy"} <= set(evaluation.flags), evaluation.flags
-    assert evaluation.extra["contended_trials"] == 6, evaluation.extra  # all trials, up to the ceiling
+    # Timed up to the ceiling (3 trials, remeasure 1: 6) without three clean ones. Not always all six: a
+    # worker that wakes may run a whole 10 ms batch before the spinner gets the core back (CI saw 5 of 6).
+    contended = evaluation.extra["contended_trials"]
+    assert 4 <= contended <= 6, evaluation.extra
     assert evaluation.trials == 3  # the least contended three are measured from
     trace = evaluation.extra["trace"]
-    assert len(trace) == 6 and all(max(t["ref_wait_ms"] / t["ref_wall_s"], t["cand_wait_ms"] / t["cand_wall_s"]) > 100
-                                   for t in trace), trace  # over 10% of a batch (ms over s: 100)
+    waited = [max(t["ref_wait_ms"] / t["ref_wall_s"], t["cand_wait_ms"] / t["cand_wall_s"]) > 100 for t in trace]
+    assert len(trace) == 6 and sum(waited) >= 4, trace  # over 10% of a batch (ms over s: 100)
