@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,18 +110,10 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     if undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
-                              f"`python -m cudal1.cross_gpu_pool {_shown(pool_dir)}` on an available {gpu_kind} machine to finish")
+                              f"`python -m cudal1.cross_gpu_pool {os.path.relpath(pool_dir)}` on an available {gpu_kind} machine to finish")
     elif evaluations:
         message = f"{message} ({len(evaluations)} finished evaluations kept)".strip()
     return PoolResult(pool, gpu_kind, status, message, tuple(evaluations))
-
-
-def _shown(path: Path) -> str:
-    """A path as a page shows it: relative to the working directory where it lies under it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
     measurements = pool_dir / MEASUREMENTS
     unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
     evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress,
-                  ahead=ahead or AHEAD)
+                  ahead=AHEAD if ahead is None else ahead)
     evaluations = select_measured(load_evaluations(measurements), problems, candidates, config, devices)
     if len(evaluations) == len(candidates):
         save_evaluations(evaluations, pool_dir / COMPLETED)

@@ -259,10 +259,10 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
         notes.append(f"the reference runs {ref:.2f}x faster on {kind_b}, the program {cand:.2f}x")
         memory = _bandwidths(kind_a, kind_b)
         if ref > 1.15 and ref > cand * 1.15:
-            notes.append(f"the reference gains more from {kind_b}{memory}: a memory-bound reference, the "
+            notes.append(f"the reference gains more from {kind_b}'s memory{memory}: a memory-bound reference, the "
                          "program's time set by something else")
         elif cand > 1.15 and cand > ref * 1.15:
-            notes.append(f"the program gains more from {kind_b}{memory} than the reference: a memory-bound "
+            notes.append(f"the program gains more from {kind_b}'s memory{memory} than the reference: a memory-bound "
                          "program beside a reference bound by compute or launches")
     overlap = (a["vs_eager_low"] or 0.0) <= (b["vs_eager_high"] or 0.0) and (b["vs_eager_low"] or 0.0) <= (a["vs_eager_high"] or 0.0)
     if overlap:
@@ -279,11 +279,9 @@ BANDWIDTH_TBS = {"H100": 3.35, "H200": 4.8, "H20": 4.0, "A100": 2.04, "L40": 0.8
 
 
 def _bandwidths(kind_a: str, kind_b: str) -> str:
-    """The possessive of a kind's memory, with both kinds' bandwidths where known: "'s memory (4.8 vs 3.35 TB/s)"."""
+    """Both kinds' bandwidths, second first, where both are known: " (4.8 vs 3.35 TB/s)"; else ""."""
     a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
-    if a is None or b is None:
-        return "'s memory"
-    return f"'s memory ({b:g} vs {a:g} TB/s)"
+    return f" ({b:g} vs {a:g} TB/s)" if a is not None and b is not None else ""
 
 
 def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kind_a: str, kind_b: str,

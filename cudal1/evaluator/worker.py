@@ -1,9 +1,7 @@
 """The isolated worker: one process runs ONE program (a reference or a candidate) and nothing else.
 
-Started by :mod:`cudal1.evaluator.process` as ``python -m cudal1.evaluator.worker_main --cmd-fd N
---reply-fd M`` (the process around a :class:`Worker`: limits, CPU pinning, the command loop).
-Commands arrive as JSON lines on a private pipe and replies leave on another, so a candidate printing to
-stdout cannot forge a reply; fd 0 is /dev/null and fd 1 is redirected to the log. Inputs never travel:
+The process around a :class:`Worker` (limits, CPU pinning, the command loop on private pipes) is
+:mod:`cudal1.evaluator.worker_main`. Inputs never travel:
 both workers generate them from the seed the parent sends, with the reference's ``get_inputs``. Tensors
 that go back to the parent travel by CUDA IPC, or on CPU as ``torch.save`` files the parent reads with
 ``weights_only=True`` (:mod:`cudal1.evaluator.transport`).
