@@ -235,6 +235,35 @@ def test_fingerprints_on_the_device_keep_their_format() -> None:
     assert second[0][1] == first[0][1] and len(second) == 1
 
 
+def test_fingerprints_do_not_depend_on_the_layout() -> None:
+    """The same values as contiguous, channels_last or permuted outputs get the same sums (staged in memory
+    order, weighted in logical order), so a layout costs the harness no permuting copy per call; moved
+    values still change the weighted sum."""
+    from cudal1.evaluator.probes import Fingerprints
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 8, 6, 5, generator=gen)
+    layouts = [x, x.contiguous(memory_format=torch.channels_last), x.permute(3, 1, 0, 2).contiguous().permute(2, 1, 3, 0),
+               x[:, :, :, :].transpose(2, 3).contiguous().transpose(2, 3)]
+    assert Fingerprints._order(layouts[1]) == (0, 2, 3, 1) and Fingerprints._order(x) == (0, 1, 2, 3)
+    assert Fingerprints._order(torch.randn(4, 6)[:, ::2]) == (0, 1)  # a gap: copied in logical order
+    prints = []
+    for t in layouts + [torch.randn(4, 6)[:, ::2]]:
+        fp = Fingerprints(torch.device("cpu"), key=5, calls=3)
+        for seed in (1, 2, 3):
+            fp.add([t, t.sum()], seed)
+        prints.append(fp.values())
+    for other in prints[1:4]:
+        for row, row0 in zip(other, prints[0]):
+            for f, f0 in zip(row, row0):
+                assert f == pytest.approx(f0, rel=1e-6, abs=1e-6)
+    assert prints[0][0][0][3] != prints[0][1][0][3]  # each call weighted differently
+    moved = x.flip(1)  # the same values in other places: sum and norms equal, the weighted sum not
+    fp = Fingerprints(torch.device("cpu"), key=5, calls=1)
+    fp.add([moved, moved.sum()], 1)
+    assert fp.values()[0][0][3] != pytest.approx(prints[0][0][0][3], rel=1e-3)
+
+
 def test_staged_fingerprints_match_one_call_at_a_time() -> None:
     """Calls staged together (a few launches a batch) give the sums each call gives alone, across a
     change of layout, Python numbers, integer, complex and non-contiguous outputs."""
@@ -257,7 +286,8 @@ def test_staged_fingerprints_match_one_call_at_a_time() -> None:
     for row_a, row_b in zip(a, b):
         for fa, fb in zip(row_a, row_b):
             assert fa == pytest.approx(fb, rel=1e-12, abs=1e-12)
-    x = calls[0][0][0]
-    w = staged._pattern(30)[100 % 4099:100 % 4099 + 30]
-    assert a[0][0][3] == pytest.approx(float((x.reshape(-1) * w).double().sum()), abs=1e-5 * a[0][0][2])
+    x = calls[0][0][0]  # shape (5, 6): the longest dimension is the second
+    p, along = staged._pattern((5, 6))
+    w = p * along[100 % 4099:100 % 4099 + 6].view(1, 6)  # P times A shifted by the call's seed
+    assert a[0][0][3] == pytest.approx(float((x * w).double().sum()), abs=1e-5 * a[0][0][2])
     assert a[0][1] == [1.0, 3.0, 3.0, 3.0, 9.0] and a[7][0][0] == 6.0  # complex: real and imaginary parts

@@ -7,6 +7,7 @@ torch and the standard library only: the GPU evaluation worker imports it.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -143,13 +144,19 @@ ACCUMULATION = 4e-6
 
 class Fingerprints:
     """Per timed call and output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern
-    drawn once per batch from the batch's key (sent with the timing command, unknown before) and shifted
-    by each call's seed. Taken on every timed call, so no call goes unchecked even if a candidate could
+    drawn once per batch from the batch's key (sent with the timing command, unknown before), times a
+    +-1 pattern along the output's longest dimension shifted by each call's seed: w[i] = P[i] * A[seed +
+    i_longest]. Both factors are laid out in the staged (memory) order once per batch, so weighting costs
+    the same for every layout. Taken on every timed call, so no call goes unchecked even if a candidate could
     tell which calls are spot-checked; a fake output would have to match sums of the real one it never
     computed (for a matmul, sum x*w costs as much as the product itself).
 
     Per call the harness only snapshots each output, right where it used to sum it: one copy into a
-    row of a staging buffer (one launch, queued behind the call, no host round trip). The sums of all
+    row of a staging buffer (one launch, queued behind the call, no host round trip), in the output's
+    own memory order, so that the copy costs what a plain copy costs whatever the layout (a
+    channels_last or transposed output copied into logical order ran a permuting copy every call: time
+    the candidate's batch paid and the reference's did not, which the wall-clock cross-check read as a
+    forged clock; L1-59/62/63/81, docs/evaluator.md). The sums of all
     staged calls are taken together (a handful of launches per batch instead of per call) when the
     buffer is full, when the outputs' layout changes, and in ``values``, which reads everything back in
     one copy. Outputs too large to stage twice within ``stage_bytes`` are staged and summed one call at a time.
@@ -171,13 +178,47 @@ class Fingerprints:
         self.seeds: list[int] = []  # of the staged calls
         self.first = 0  # index of the first staged call
 
-    def _pattern(self, n: int) -> torch.Tensor:
-        if n not in self.patterns:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(self.key * 1_000_003 + n)
-            w = torch.randint(0, 2, (n + SHIFT,), generator=gen, device=self.device, dtype=torch.int8)
-            self.patterns[n] = w.mul_(2).sub_(1)
-        return self.patterns[n]
+    @staticmethod
+    def _order(x: torch.Tensor) -> tuple[int, ...]:
+        """x's dims from outermost to innermost in memory when x is dense and non-overlapping (contiguous,
+        channels_last, any permuted view): x.permute(order) is then contiguous and copying it a plain copy.
+        The logical order otherwise (a gap or an overlap: copied element by element, as any layout was)."""
+        dims = tuple(range(x.dim()))
+        if x.is_contiguous():
+            return dims
+        order = tuple(sorted(dims, key=lambda d: (-x.stride(d), d)))
+        return order if x.permute(order).is_contiguous() else dims
+
+    def _pattern(self, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's patterns for an output shape: P (+-1 per element, in ``order``'s memory order,
+        logical order by default) and A (+-1 along the longest dimension, SHIFT longer). Drawn in logical
+        order from the key and the shape, so every layout of the same values gets the same weights."""
+        shape = tuple(shape) or (1,)
+        order = tuple(order or range(len(shape)))
+        if (shape, order) not in self.patterns:
+            if shape not in self.patterns:
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed(self.key * 1_000_003 + math.prod(shape))
+                p = torch.randint(0, 2, shape, generator=gen, device=self.device, dtype=torch.int8)
+                a = torch.randint(0, 2, (max(shape) + SHIFT,), generator=gen, device=self.device, dtype=torch.int8)
+                self.patterns[shape] = (p.mul_(2).sub_(1), a.mul_(2).sub_(1))
+            p, a = self.patterns[shape]
+            # one permuting copy per batch and layout, not per call
+            self.patterns[(shape, order)] = (p.permute(order).contiguous(), a)
+        return self.patterns[(shape, order)]
+
+    def _weights(self, shape: tuple[int, ...], order: tuple[int, ...], offsets: torch.Tensor) -> torch.Tensor:
+        """[calls, numel] int8 weights in the staged (memory) order: call i's w = P * A[offset_i:] along
+        the longest dimension, written in memory order from P's copy in that order and A's windows."""
+        shape, order = tuple(shape) or (1,), tuple(order) or (0,)
+        p, a = self._pattern(shape, order)
+        m, longest = len(offsets), max(range(len(shape)), key=lambda d: (shape[d], -d))
+        w = torch.empty((m, *p.shape), dtype=torch.int8, device=self.device)
+        back = [1 + order.index(d) for d in range(len(shape))]  # memory-order dims -> logical dims
+        windows = a.as_strided((SHIFT, shape[longest]), (1, 1))[offsets]  # call i: A[offset_i:][:size]
+        windows = windows.view(m, *(shape[d] if d == longest else 1 for d in range(len(shape))))
+        torch.mul(p.unsqueeze(0).permute(0, *back), windows, out=w.permute(0, *back))
+        return w.view(m, -1)
 
     def add(self, outputs: list[Any], seed: int) -> None:
         call = len(self.numels)
@@ -195,9 +236,10 @@ class Fingerprints:
                 dtype = x.dtype
             shape = x.shape
             n = shape.numel()
-            tensors.append(x)
+            order = self._order(x)
+            tensors.append(x.permute(order))  # contiguous when the output is dense: a plain copy below
             numels.append(float(n))
-            layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64))
+            layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64, order))
         self.numels.append(numels)
         key = tuple(layout)
         if key != self.layout or len(self.seeds) == self.capacity:
@@ -205,9 +247,10 @@ class Fingerprints:
             self.layout, self.first = key, call
             self.capacity = self._rows()
             entries = [entry for entry in layout if entry is not None]
-            self.stage = [torch.empty((self.capacity, n), dtype=d, device=self.device) for _, n, d in entries]
-            # Every row's view, in the outputs' own shape, made once per buffer rather than once per call.
-            self.rows = [buf.view(self.capacity, *shape).unbind(0) for buf, (shape, _, _) in zip(self.stage, entries)]
+            self.stage = [torch.empty((self.capacity, n), dtype=d, device=self.device) for _, n, d, _ in entries]
+            # Every row's view, in the outputs' shape as laid out in memory, made once per buffer, not per call.
+            self.rows = [buf.view(self.capacity, *(shape[d] for d in order)).unbind(0)
+                         for buf, (shape, _, _, order) in zip(self.stage, entries)]
         row = len(self.seeds)
         for rows, x in zip(self.rows, tensors):
             rows[row].copy_(x)  # one launch, strides and integer -> float64 included
@@ -215,7 +258,7 @@ class Fingerprints:
 
     def _rows(self) -> int:
         """Calls a staging buffer holds: the batch, within stage_bytes (the sums need as much again)."""
-        per_call = sum(n * d.itemsize for _, n, d in (e for e in (self.layout or ()) if e is not None))
+        per_call = sum(n * d.itemsize for _, n, d, _ in (e for e in (self.layout or ()) if e is not None))
         return max(1, min(self.calls, self.stage_bytes // max(1, 2 * per_call)))
 
     def _flush(self) -> None:
@@ -224,9 +267,9 @@ class Fingerprints:
         m, f64 = len(self.seeds), torch.float64
         offsets = torch.tensor([s % SHIFT for s in self.seeds], device=self.device)
         columns = []
-        for buf in self.stage:
+        entries = [entry for entry in self.layout or () if entry is not None]
+        for buf, (shape, _, _, order) in zip(self.stage, entries):
             x = buf[:m]
-            n = x.shape[1]
             # float64 outputs (and integers, staged as float64) sum in float64; the rest in float32, whose
             # reductions run at full memory bandwidth (float64 accumulation of a float32 tensor ran 4x
             # slower on an H100, 15x on a CPU) and round within ACCUMULATION. On a CPU, sum |x| is a sum
@@ -234,7 +277,7 @@ class Fingerprints:
             # its sums are (under 2e-7). The 2-norm only scales the allowance, so it may round more.
             acc = f64 if x.dtype == f64 else torch.float32
             l1 = torch.linalg.vector_norm(x, 1, dim=1, dtype=acc) if x.is_cuda else x.abs().sum(1, dtype=acc)
-            w = self._pattern(n).as_strided((SHIFT, n), (1, 1))[offsets]  # call i: pattern[offset_i:][:n]
+            w = self._weights(shape, order, offsets)
             columns.append(torch.stack([x.sum(1, dtype=acc), l1,
                                         (x * w).sum(1, dtype=acc), torch.linalg.vector_norm(x, 2, dim=1, dtype=acc)],
                                        dim=1).to(f64))

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -120,7 +121,7 @@ def _own_code() -> dict[str, Any]:
     names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
     names["graphed.follow_state"] = graphed.follow_state
     names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
-    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_pattern", "_flush", "_rows")})
+    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_order", "_pattern", "_weights", "_flush", "_rows")})
     return names
 
 
@@ -145,6 +146,7 @@ class Worker:
         self.own: dict[str, Any] = {}
         self.flags: dict[str, Any] = {}
         self.precision: dict[str, Any] = {}
+        self.threads: set[int | None] = set()  # idents of the threads alive at the snapshot
         self.l2: L2Flush | None = None
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
@@ -159,12 +161,16 @@ class Worker:
         self.own = _own_code()
         self.flags = global_flags()
         self.precision = precision_flags()
+        self.threads = {t.ident for t in threading.enumerate()}
 
     def violations(self) -> dict[str, list[str]]:
         patched = [k for k, get in _GUARDED.items() if get() is not self.guards.get(k)]
         patched += [k for k, v in _own_code().items() if v is not self.own.get(k)]
         now = global_flags()
         changed = [f"{k}: {self.flags[k]} -> {now[k]}" for k in self.flags if now[k] != self.flags[k]]
+        # Name the new threads (Python names one after its target): which library started one, if any
+        new = [t.name for t in threading.enumerate() if t.ident not in self.threads]
+        changed = [f"{c} (new: {', '.join(new)})" if c.startswith("python_threads") and new else c for c in changed]
         prec = precision_flags()
         precision = [f"{k}: {self.precision[k]} -> {prec[k]}" for k in self.precision if prec[k] != self.precision[k]]
         return {"patched": patched, "changed": changed, "precision": precision,

@@ -71,6 +71,17 @@ def test_device_fingerprints_agree_with_the_cpu() -> None:
     assert compare_fingerprints(on_gpu, fingerprint([torch.zeros_like(x).cuda()], 123, key=5), ["float32"], cfg)
 
 
+def test_device_fingerprints_do_not_depend_on_the_layout() -> None:
+    """A channels_last or transposed output is staged in its memory order (a plain copy, the cost of a
+    contiguous one) and fingerprinted as its contiguous twin is, within float32 rounding."""
+    x = torch.randn(4, 16, 30, 30, device="cuda")
+    cfg = EvalConfig()
+    base = fingerprint([x], 77, key=3)
+    for other in (x.contiguous(memory_format=torch.channels_last), x.transpose(1, 3).contiguous().transpose(1, 3)):
+        assert compare_fingerprints(base, fingerprint([other], 77, key=3), ["float32"], cfg) == ""
+    assert compare_fingerprints(base, fingerprint([x.transpose(2, 3).contiguous()], 77, key=3), ["float32"], cfg)
+
+
 def test_timed_batch_reports_one_time_per_call_on_either_clock() -> None:
     problem = load_starter_suite()[0]
     worker = _worker(problem.source)
