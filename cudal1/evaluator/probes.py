@@ -29,6 +29,22 @@ def global_flags() -> dict[str, Any]:
     return state
 
 
+def compile_without_threads() -> None:
+    """Make torch.compile compile in the calling thread and start no tqdm monitor: a timed worker whose
+    graph was not cached by the builds then starts no thread of its own that the worker's thread count
+    would blame on the candidate. ``compile_threads`` is outside Inductor's cache key: the cached graphs
+    are the same ones."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1
+    try:
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0  # tqdm's documented switch for its monitor thread
+    except ImportError:
+        pass
+
+
 _MATMUL_PRECISION = {"highest": 2, "high": 1, "medium": 0}
 
 

@@ -188,8 +188,12 @@ class Worker:
             torch.zeros(1, device=self.device)  # create the context before the snapshot
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
         if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
-            # torch.compile starts its own helper threads once per process (a tqdm monitor, a compile
-            # pool): start them before the snapshot so only threads the candidate starts count.
+            # torch.compile starts helper threads when it first compiles something (a tqdm monitor, a thread
+            # pool or a subprocess pool's reader); a graph the builds did not leave cached compiles after the
+            # snapshot, and its threads read as the candidate's (L3-35/37's torch.compile baselines,
+            # "python_threads: 1 -> 2", on H100 and H200). Compile in this thread, without the monitor
+            # (compile_threads is outside Inductor's cache key: same cached graphs), then warm up once.
+            probes.compile_without_threads()
             torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
         # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
         # A build worker times nothing: its warm-up call draws from get_inputs itself.
