@@ -37,6 +37,7 @@ from cudal1.evaluator.probes import (
     to_device,
     uses_compile,
 )
+from cudal1.evaluator.reference_role import ReferenceRole
 
 # The harness seeds inputs through its own reference to manual_seed, taken before any candidate code runs:
 # torch._dynamo (torch.compile) legitimately wraps torch.manual_seed on import, so it is not guarded by
@@ -125,7 +126,7 @@ def _own_code() -> dict[str, Any]:
     return names
 
 
-class Worker:
+class Worker(ReferenceRole):
     def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None) -> None:
         self.device = torch.device(device)
         # Inputs are drawn from a device generator of the harness's own; the device's default one only
@@ -147,6 +148,7 @@ class Worker:
         self.flags: dict[str, Any] = {}
         self.precision: dict[str, Any] = {}
         self.threads: set[int | None] = set()  # idents of the threads alive at the snapshot
+        self.init: tuple[Any, int] | None = None  # (class, init seed) the model is built from
         self.l2: L2Flush | None = None
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
@@ -221,17 +223,11 @@ class Worker:
         else:
             cls = self.reference.Model
         build_s = time.perf_counter() - t0
-        _manual_seed(msg["init_seed"])
-        init_inputs = self.reference.get_init_inputs()
-        _manual_seed(msg["init_seed"])
-        with torch.no_grad():
-            model = cls(*init_inputs)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(self.device)
-        self.model = model
-        self._sync()
+        self.init = (cls, msg["init_seed"])
+        self.reset({})
+        stateful = msg["role"] == "reference" and not build_only and self._stateful()
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
-                "graphed": self.graphed is not None}
+                "graphed": self.graphed is not None, "stateful": stateful}
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU
@@ -268,23 +264,6 @@ class Worker:
         self._forward(self._inputs_for(msg["seed"]))
         self._sync()
         return {"ok": True}
-
-    def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Reference role only: inputs and outputs for each seed, sent to the parent."""
-        records = []
-        for seed in msg["seeds"]:
-            inputs = self._inputs_for(seed)
-            originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-            out = self._forward(inputs)
-            self._sync()
-            structure, outputs = flatten(out)
-            records.append({
-                "seed": seed,
-                "inputs": originals,
-                "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs],
-                "structure": structure,
-            })
-        return {"ok": True, "count": len(records)} | self._ship(records, msg.get("out_path"))
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One correctness trial on inputs generated from the parent's seed (the parent checks they are

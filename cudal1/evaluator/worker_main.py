@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         "time": worker.time_trial,
         "probe": worker.probe,
         "warm": worker.warm,
+        "reset": worker.reset,
     }
     replies.write(send_json({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
     for line in commands:

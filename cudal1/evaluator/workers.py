@@ -165,6 +165,7 @@ class ReferenceSession:
         self.worker = WorkerProcess(worker_spec(config, problem), self.root / "reference", "reference")
         self.build_s = 0.0
         self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
+        self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
         self._loaded = False
         self._failure = ""
         self._lock = threading.Lock()  # a batch may load it ahead from another thread
@@ -196,7 +197,16 @@ class ReferenceSession:
             raise ReferenceError(self._failure)
         self.build_s = reply.get("build_s", 0.0)
         self.graphed = bool(reply.get("graphed"))
+        self.stateful = bool(reply.get("stateful"))
         self._loaded = True
+
+    def reset(self) -> None:
+        """Build the reference model again, fresh: a stateful reference then sees the same calls as the
+        candidate evaluated next (one per correctness trial, then the same timed batches)."""
+        self.load()
+        reply = self.worker.call({"cmd": "reset"}, self.config.build_timeout_s)
+        if not reply.get("ok"):
+            raise ReferenceError(f"{self.problem.problem_id}: reference failed to reset: {reply.get('error')}")
 
     def records(self, seeds: list[int]) -> list[dict[str, Any]]:
         """Inputs and outputs of the reference for each seed, in the parent's memory. One seed per

@@ -1,0 +1,70 @@
+"""The reference role of an evaluation worker: records (inputs and outputs per seed) for the parent, and a
+fresh model on demand for references whose output depends on earlier calls. A mixin of
+:class:`cudal1.evaluator.worker.Worker`, split from it to keep that module readable.
+
+torch and the standard library only: the GPU evaluation worker imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cudal1.evaluator.probes import flatten
+
+_manual_seed = torch.manual_seed  # bound at import, before any program runs
+
+
+class ReferenceRole:
+    """Methods of the worker that serve the trusted reference (never a candidate's code path)."""
+
+    reference: Any
+    model: Any
+    init: tuple[Any, int] | None
+    device: torch.device
+
+    def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Reference role only: inputs and outputs for each seed, sent to the parent."""
+        records = []
+        for seed in msg["seeds"]:
+            inputs = self._inputs_for(seed)
+            originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            out = self._forward(inputs)
+            self._sync()
+            structure, outputs = flatten(out)
+            records.append({
+                "seed": seed,
+                "inputs": originals,
+                "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs],
+                "structure": structure,
+            })
+        return {"ok": True, "count": len(records)} | self._ship(records, msg.get("out_path"))
+
+    def reset(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build the model from its init seed: as fresh as when loaded (a stateful reference is reset so
+        that its calls match the next candidate's, one for one)."""
+        assert self.reference is not None and self.init is not None
+        cls, seed = self.init
+        _manual_seed(seed)
+        init_inputs = self.reference.get_init_inputs()
+        _manual_seed(seed)
+        with torch.no_grad():
+            model = cls(*init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        self.model = model
+        self._sync()
+        return {"ok": True}
+
+    def _stateful(self) -> bool:
+        """Whether the output depends on earlier calls (KernelBench's RNNs keep their hidden state in
+        self): two calls on the same inputs give different sums. Built again afterwards when so."""
+        try:
+            sums = [[(float(o.double().sum()), float(o.double().norm())) if isinstance(o, torch.Tensor) else o
+                     for o in flatten(self._forward(self._inputs_for(0)))[1]] for _ in range(2)]
+        except Exception:  # noqa: BLE001 - the first record reports the reference's error where it always did
+            return False
+        if sums[0] != sums[1]:
+            self.reset({})
+        return sums[0] != sums[1]
