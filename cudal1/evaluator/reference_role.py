@@ -61,7 +61,9 @@ class ReferenceRole:
         """Whether the output depends on earlier calls (KernelBench's RNNs keep their hidden state in
         self): two calls on the same inputs give different sums. Built again afterwards when so."""
         try:
-            sums = [[(float(o.double().sum()), float(o.double().norm())) if isinstance(o, torch.Tensor) else o
+            # A float64 sum read straight from each output (no float64 copy of an 8 GB output)
+            sums = [[o.sum(dtype=torch.complex128 if o.is_complex() else torch.float64).item()
+                     if isinstance(o, torch.Tensor) else o
                      for o in flatten(self._forward(self._inputs_for(0)))[1]] for _ in range(2)]
         except Exception:  # noqa: BLE001 - the first record reports the reference's error where it always did
             return False
