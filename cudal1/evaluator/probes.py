@@ -253,7 +253,8 @@ class Fingerprints:
             shape = x.shape
             n = shape.numel()
             order = self._order(x)
-            tensors.append(x.permute(order))  # contiguous when the output is dense: a plain copy below
+            # contiguous when the output is dense: a plain copy below (no view made for a contiguous one)
+            tensors.append(x if x.is_contiguous() else x.permute(order))
             numels.append(float(n))
             layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64, order))
         self.numels.append(numels)
