@@ -319,7 +319,7 @@ class _DeviceLoop:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        return load_candidate(worker, session.init_seed, self.cfg)
+        return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
 
     def _startable(self, c: Candidate) -> bool:
         built = c.sha256 not in self.builds or self.builds[c.sha256].done()

@@ -31,6 +31,7 @@ class Run:
     max_scaled: float = 0.0
     output_dtypes: list[str] = field(default_factory=list)
     lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
+    warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(
         default_factory=lambda: [] if os.environ.get("CUDAL1_TIMING_TRACE") else None)

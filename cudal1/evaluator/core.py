@@ -59,6 +59,8 @@ def _correctness(run: Run) -> int:
         # fresh, as the candidate's new worker does, and each of its records is one call, in trial order.
         run.reference.reset()
         run.flags.add("stateful_reference")
+        if run.warmed:  # the candidate's warm-up call ahead moved its state on: built again, as fresh
+            check_reply(run.worker.call({"cmd": "reset"}, cfg.build_timeout_s), "reset")
     record = run.reference.records(seeds[:1])[0]
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in record["outputs"]]
@@ -101,20 +103,35 @@ def _correctness(run: Run) -> int:
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
-                   build_only: bool = False) -> dict[str, Any]:
+                   build_only: bool = False, first_call: bool = False) -> dict[str, Any]:
     """Send a prepared candidate worker its load command (import, build, construct with the reference's
     init seed, move to the device); returns the reply. Raises WorkerFailure. ``build_only`` (a build
     worker's first step, on the CPU, whose only product is the build cache): no input plan or graph,
     which generate the problem's inputs four times over on one thread, and no torch.compile of a
     stand-in function to start inductor's threads before the snapshot (a C++ compile of ~10 s there,
     which no GPU worker can use). The GPU warm-up step loads as the timed worker does, so the caches the
-    timed worker reads (the stand-in's included) are filled."""
+    timed worker reads (the stand-in's included) are filled.
+
+    ``first_call`` (a batch's loads ahead, EvalConfig.warm_ahead): the program is then called once on
+    fresh inputs, nothing sent back, so what its first call costs (CUDA's lazy kernel loading, a cached
+    torch.compile's tracing, library handles) is paid while another candidate is checked instead of in
+    this one's first correctness trial. A failure of that call is the load's: a program that cannot
+    survive its first call is not let off by a warm-up. ``first_call_s`` in the reply says it ran."""
     worker.wait_ready(config.load_timeout_s)
-    return worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
-                        "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
-                        "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
-                        "build_only": build_only},  # no plan, so no graph either
-                       config.build_timeout_s + config.load_timeout_s)
+    reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
+                         "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
+                         "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
+                         "build_only": build_only},  # no plan, so no graph either
+                        config.build_timeout_s + config.load_timeout_s)
+    if not first_call or build_only or not reply.get("ok"):
+        return reply
+    t0 = time.perf_counter()
+    warm = worker.call({"cmd": "warm", "seed": new_seed(), "release": True}, config.run_timeout_s)
+    if not warm.get("ok"):  # its words and kind, as its first correctness trial would have reported them
+        return warm | {"error": f"first call: {warm.get('error', 'failed')}"}
+    # The load's reply, with what the warm-up's reply adds: violations and builds are the process's so far
+    return reply | {k: warm[k] for k in ("violations", "builds") if k in warm} | \
+        {"first_call_s": round(time.perf_counter() - t0, 3)}
 
 
 def evaluate_candidate(
@@ -162,12 +179,15 @@ def evaluate_candidate(
         if reply.get("graphed") and reference.graphed:
             run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
         result = replace(result, build_s=reply.get("build_s"))
+        run.warmed = reply.get("first_call_s") is not None
+        if run.warmed:  # kept whatever the verdict: where the first call's cost went
+            result = replace(result, extra={"first_call_s": reply["first_call_s"]})
         build_error = (reply.get("builds") or {}).get("first_error")
         phase = time.perf_counter()
         trials = _correctness(run)
         result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
-                         extra={"max_scaled_error": run.max_scaled,
-                                "load_s": round(phase - started, 3), "correctness_s": round(time.perf_counter() - phase, 3)})
+                         extra=result.extra | {"max_scaled_error": run.max_scaled, "load_s": round(phase - started, 3),
+                                               "correctness_s": round(time.perf_counter() - phase, 3)})
         if config.timing:
             phase = time.perf_counter()
             with quiet() if quiet is not None else nullcontext() as waited_for:

@@ -50,6 +50,9 @@ _cpu_generator = torch.default_generator
 _device_sync = torch._C._cuda_synchronize if hasattr(torch._C, "_cuda_synchronize") else None
 
 
+_empty_cache = torch.cuda.empty_cache  # bound before any program runs, like the two above
+
+
 def _no_sync() -> None:
     """A CPU device: calls are synchronous."""
 
@@ -260,9 +263,13 @@ class Worker(ReferenceRole):
 
     def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One forward, nothing sent back: a build worker runs it so builds a program starts on its first
-        call land in the cache before the program is timed."""
+        call land in the cache before the program is timed; a batch's load ahead makes the first call
+        there. ``release``: the call's memory goes back to the driver, as a worker loaded ahead waits
+        beside the candidate being checked."""
         self._forward(self._inputs_for(msg["seed"]))
         self._sync()
+        if msg.get("release") and self.device.type == "cuda":
+            _empty_cache()
         return {"ok": True}
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""A batch's candidates loaded ahead make their first call there (EvalConfig.warm_ahead): what a first call
+costs leaves the correctness phase, a failure of that call is still the program's, and a program whose
+state the call moved meets a fresh reference from a fresh start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.batch import evaluate_many
+from cudal1.evaluator.core import evaluate_candidate
+from cudal1.problems import Problem
+
+SCALE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+def get_init_inputs():
+    return []
+'''
+PROBLEM = Problem("warm-scale", 1, "scale", SCALE, suite="test")
+
+SAME = SCALE + "\nclass ModelNew(Model):\n    pass\n"
+# Raises on its first call only: a warm-up must not let it off.
+FIRST_CALL_FAILS = SCALE + '''
+class ModelNew(Model):
+    calls = 0
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        if ModelNew.calls == 1:
+            raise RuntimeError("lazy initialisation went wrong")
+        return x * 2.0 + 1.0
+'''
+
+
+def _candidate(source: str, tag: str) -> Candidate:
+    return Candidate(PROBLEM.problem_id, f"# {tag}\n" + source, origin=tag)
+
+
+def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:
+    cfg = EvalConfig(device="cpu", timing=False)
+    first, second, third = evaluate_many([PROBLEM], [_candidate(SAME, f"copy {i}") for i in range(3)], cfg)
+    assert all(e.status == Status.OK for e in (first, second, third)), [e.reason for e in (first, second, third)]
+    # The first candidate is loaded on the device loop itself; the others ahead, with their first call.
+    assert "first_call_s" not in first.extra
+    assert second.extra["first_call_s"] >= 0.0 and third.extra["first_call_s"] >= 0.0
+
+
+def test_warm_ahead_off_leaves_the_first_call_to_correctness() -> None:
+    cfg = EvalConfig(device="cpu", timing=False, warm_ahead=False)
+    evaluations = evaluate_many([PROBLEM], [_candidate(SAME, f"copy {i}") for i in range(3)], cfg)
+    assert all(e.status == Status.OK and "first_call_s" not in e.extra for e in evaluations)
+    assert cfg.hash == EvalConfig(device="cpu", timing=False).hash  # the same measurement, resumable
+
+
+def test_a_program_that_fails_its_first_call_fails_loaded_ahead_or_not() -> None:
+    cfg = EvalConfig(device="cpu", timing=False)
+    alone = evaluate_candidate(PROBLEM, _candidate(FIRST_CALL_FAILS, "alone"), cfg)
+    assert alone.status == Status.RUNTIME_ERROR and "correctness trial 1" in alone.reason, alone.reason
+    _, ahead = evaluate_many([PROBLEM], [_candidate(SAME, "before it"), _candidate(FIRST_CALL_FAILS, "ahead")], cfg)
+    assert ahead.status == Status.RUNTIME_ERROR, ahead.reason
+    assert "first call" in ahead.reason and "lazy initialisation went wrong" in ahead.reason
+
+
+def test_a_call_counting_program_loaded_ahead_is_still_caught() -> None:
+    """Catalogue #29 (correct for six calls, then zeros) loaded ahead: the warm-up call is one of its six,
+    so it switches one call sooner, and the fingerprinted timed calls catch it as they do alone."""
+    fixtures = Path(__file__).parent / "fixtures"
+    problem = Problem("warm-matmul", 1, "matmul", (fixtures / "problems" / "matmul.py").read_text(), suite="test")
+    honest = Candidate(problem.problem_id, problem.source + "\nclass ModelNew(Model):\n    pass\n", origin="control")
+    switch = Candidate(problem.problem_id, (fixtures / "hacks" / "call_count_switch.py").read_text(), origin="hack")
+    control, hack = evaluate_many([problem], [honest, switch], EvalConfig(device="cpu"))
+    assert control.status == Status.OK, control.reason
+    assert "first_call_s" in hack.extra and hack.status != Status.OK, hack
