@@ -19,13 +19,14 @@ def test_doctests(name: str) -> None:
         assert result.attempted > 0, f"{name} should carry doctests"
 
 
-def test_benchmark_summary_doctests() -> None:
-    """benchmarks/release_bench.py is a script, not a module of the package: load it by path."""
+@pytest.mark.parametrize("script", ["release_bench", "pool_phases"])
+def test_benchmark_summary_doctests(script: str) -> None:
+    """The summaries in benchmarks/ are scripts, not modules of the package: load them by path."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "release_bench.py"
-    spec = importlib.util.spec_from_file_location("release_bench", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(script, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
