@@ -19,7 +19,7 @@
 #            (each run by benchmarks/release_resume.sh; where one call cannot hold a run, call that
 #            script again with the same RUN to resume it)
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
-# warm-ahead benchmarks/warm_ahead.py: WARM_ROWS of the release with their baselines, the first call
+# warm-ahead benchmarks/warm_ahead.py: WARM_ROWS (six) of the release with their baselines, the first call
 #            loaded ahead and not, alternating rounds -> $OUT/warm-ahead.json
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-gpu}
@@ -87,7 +87,7 @@ for step in ${STEPS:-overhead}; do
     warm-ahead)
       stamp warm-ahead
       python3 benchmarks/warm_ahead.py --device cuda:0 --release "$RELEASE" --baselines --tolerance 1e-2 \
-        --rows "${WARM_ROWS:-L1-1,L1-19,L1-23,L1-40,L2-12,L2-25,L2-46,L2-76}" --rounds "${ROUNDS:-2}" \
+        --rows "${WARM_ROWS:-L1-1,L1-19,L1-23,L2-12,L2-25,L2-46}" --rounds "${ROUNDS:-1}" \
         --json "$OUT/warm-ahead.json" 2>&1 | tail -n 6 ;;
     learning)
       stamp learning

@@ -6,10 +6,10 @@ rounds on the same machine. Runs wherever the evaluator runs (torch and this pac
         --rows L1-1,L1-19,L2-12,L2-25 --baselines --rounds 2
 
 The candidates: the starter suite's template rewrites (baseline, no_grad, inference_mode), or a release's
-programs for --rows (with --baselines, each row's CUDA-graph and torch.compile rewrites too). Each round
-is a fresh batch (fresh workers; the build cache of the first round stays). Prints per round the batch's
-wall, the summed correctness, timing, wait and first-call seconds, and how many evaluations were ok; the
-verdicts of the two settings must agree (a warm-up must not change one).
+programs for --rows (with --baselines, each row's CUDA-graph and torch.compile rewrites too). Each batch
+is fresh (fresh workers); a first batch, not counted, fills the build and compile caches (--no-prime
+skips it). Prints per batch its wall, the summed correctness, timing, wait and first-call seconds, and
+how many evaluations were ok; the verdicts of the two settings must agree (a warm-up must not change one).
 """
 
 from __future__ import annotations
@@ -53,22 +53,30 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of each setting, alternating")
     ap.add_argument("--no-timing", action="store_true", help="correctness only")
     ap.add_argument("--tolerance", type=float, default=None)
+    ap.add_argument("--prime", action=argparse.BooleanOptionalAction, default=True,
+                    help="a first batch, not counted, that fills the build and compile caches")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1 (each round runs both settings)")
     problems, candidates = inputs(args)
     out, verdicts = [], {}
+    settings = [(-1, False)] if args.prime else []
     for r in range(args.rounds):
-        for warm in (False, True) if r % 2 == 0 else (True, False):
-            cfg = EvalConfig(device=args.device, timing=not args.no_timing, warm_ahead=warm, tolerance=args.tolerance)
-            t0 = time.perf_counter()
-            evals = evaluate_many(problems, candidates, cfg, devices=[args.device])
-            wall = time.perf_counter() - t0
-            row = {"round": r, "warm_ahead": warm, "wall_s": round(wall, 2), "evaluations": len(evals),
-                   "ok": sum(e.ok for e in evals)}
-            row |= {p: round(sum(float(e.extra.get(p, 0.0)) for e in evals), 2) for p in PHASES}
-            print(json.dumps(row), flush=True)
-            out.append(row)
-            verdicts.setdefault(warm, []).append({(e.problem_id, e.candidate_id): e.status.value for e in evals})
+        settings += [(r, False), (r, True)] if r % 2 == 0 else [(r, True), (r, False)]
+    for r, warm in settings:
+        cfg = EvalConfig(device=args.device, timing=not args.no_timing, warm_ahead=warm, tolerance=args.tolerance)
+        t0 = time.perf_counter()
+        evals = evaluate_many(problems, candidates, cfg, devices=[args.device])
+        wall = time.perf_counter() - t0
+        row = {"round": r, "warm_ahead": warm, "wall_s": round(wall, 2), "evaluations": len(evals),
+               "ok": sum(e.ok for e in evals)}
+        row |= {p: round(sum(float(e.extra.get(p, 0.0)) for e in evals), 2) for p in PHASES}
+        print(json.dumps(row | ({"prime": True} if r < 0 else {})), flush=True)
+        if r < 0:
+            continue
+        out.append(row)
+        verdicts.setdefault(warm, []).append({(e.problem_id, e.candidate_id): e.status.value for e in evals})
     changed = [k for k, v in verdicts[True][0].items() if verdicts[False][0].get(k) != v]
     print(json.dumps({"verdicts_differ": len(changed), "rows": sorted({k[0] for k in changed})}))
     if args.json:
