@@ -12,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from cudal1.candidates import (
     HARNESS_FAILED,
     REFERENCE_FAILED,
@@ -36,8 +34,18 @@ from cudal1.evaluator.core import (
 )
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.schedule import DeviceQueue, Group, Groups, RunAhead, build_order, quiet_after
+from cudal1.evaluator.schedule import (
+    DeviceQueue,
+    Group,
+    Groups,
+    RunAhead,
+    build_order,
+    compile_at_start,
+    discard_worker,
+    quiet_after,
+)
 from cudal1.evaluator.static import check_source
+from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
 
 Progress = Callable[[Evaluation], None]
@@ -53,14 +61,6 @@ HARNESS_STREAK = 5
 
 class HarnessDown(RuntimeError):
     """Every recent evaluation failed in the harness: the batch stops rather than record more."""
-
-
-def release_cache(config: EvalConfig) -> None:
-    """Give the parent's freed device memory back to the driver: the caching allocator would otherwise
-    keep the last problem's records reserved, out of reach of the next workers."""
-    if config.is_cuda and torch.cuda.is_available():
-        with torch.cuda.device(config.device):
-            torch.cuda.empty_cache()
 
 
 class _Sink:
@@ -262,8 +262,8 @@ class _DeviceLoop:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
             queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), self.ahead)
             self.release_ahead = queue.release
-            ahead: RunAhead[WorkerProcess] = RunAhead(self._start_worker, self._load_ahead, _load_reference,
-                                                      self._startable, loader)
+            ahead: RunAhead[WorkerProcess] = RunAhead(self._start_ahead, self._load_ahead, _load_reference,
+                                                      self._startable, loader, self._discard)
             current = queue.next()
             while current is not None:
                 self._group(current, queue, ahead)
@@ -285,6 +285,8 @@ class _DeviceLoop:
                 if c.sha256 in self.builds:
                     self.builds[c.sha256].result()
                 mine = ahead.take(c)
+                if mine is not None:
+                    QUIET.discard(mine.worker)  # its own turn: never stopped for its own timing
                 worker = mine.worker if mine is not None else self._start_worker(problem, c)
                 loaded = mine.loaded if mine is not None else None
                 waits = ahead.prepare(queue.coming(group, i), problem)
@@ -315,7 +317,21 @@ class _DeviceLoop:
     def _start_worker(self, problem: Problem, c: Candidate) -> WorkerProcess:
         return prepare_candidate_worker(problem, c, self.cfg, self.ext_root)
 
+    def _start_ahead(self, problem: Problem, c: Candidate) -> WorkerProcess:
+        """A coming candidate's worker; a torch.compile program's makes torch.compile's start (seconds) before
+        its load, which timing waits for, and until then is stopped while a device times, as builds are."""
+        if not (compile_at_start(self.cfg) and mentions_compile(c.source)):
+            return self._start_worker(problem, c)
+        worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=True)
+        QUIET.add(worker)
+        return worker
+
+    def _discard(self, worker: WorkerProcess) -> None:
+        QUIET.discard(worker)
+        discard_worker(worker)
+
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
+        QUIET.discard(worker)  # its load: timing waits for it, so it must not be stopped for timing
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}

@@ -55,11 +55,14 @@ class EvalConfig:
     # graphed.py), checked bit-identical to the eager draws at load (tests/gpu passed with it on the H100,
     # docs/gpu-runs.md#2026-11-25-graph); the eager path stays wherever the graph cannot stand in.
     graph_inputs: bool = True
-    # A batch's candidate loaded ahead makes its first call there (fresh inputs, output discarded; a
-    # failure is the load's), so lazy kernel loading, a cached torch.compile's tracing and library handles
-    # are paid beside another candidate's checks, not in its own first correctness trial: on the H100 the
-    # programs' and compile baselines' correctness phases took 0.29-0.44 s (medians) longer than the
-    # same rows' CUDA-graph baselines (docs/reproduction/pools/a61a47dc306b). Timing still waits for loads.
+    # A batch's candidates get ready ahead. One loaded ahead makes its first call there (fresh inputs,
+    # output discarded; a failure is the load's), so lazy kernel loading, a cached torch.compile's tracing
+    # and library handles are paid beside another candidate's checks, not in its own first correctness
+    # trial: on the H100 the programs' and compile baselines' correctness phases took 0.29-0.44 s (medians)
+    # longer than the same rows' CUDA-graph baselines. A torch.compile program's worker makes torch.compile's
+    # own start (Inductor's imports, a stand-in compile) when it starts, stopped while a device times, not
+    # in its load: timing waits for loads, and the pools' waits were almost all such loads
+    # (docs/evaluator.md, "Where an evaluation's time goes").
     warm_ahead: bool = True
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every

@@ -180,8 +180,9 @@ def evaluate_candidate(
             run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
         result = replace(result, build_s=reply.get("build_s"))
         run.warmed = reply.get("first_call_s") is not None
-        if run.warmed:  # kept whatever the verdict: where the first call's cost went
-            result = replace(result, extra={"first_call_s": reply["first_call_s"]})
+        # Kept whatever the verdict: where the first call's cost and torch.compile's start went
+        ready = {k: reply[k] for k in ("first_call_s", "compile_start") if reply.get(k) is not None}
+        result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
         phase = time.perf_counter()
         trials = _correctness(run)

@@ -85,6 +85,7 @@ class WorkerSpec:
     fd_transport: bool = True  # CUDA: hand device memory over as file descriptors (else files)
     nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
     core: int | None = None  # CPU device: the core a problem's timed workers share (workers.cpu_core_for)
+    warm_compile: bool = False  # torch.compile's own start (Inductor's imports, a stand-in compile) at start
 
 
 @functools.cache
@@ -192,6 +193,8 @@ class WorkerProcess:
             options.append("--no-flush-l2")
         if spec.core is not None:
             options += ["--core", str(spec.core)]
+        if spec.warm_compile:
+            options.append("--warm-compile")
         pass_fds = [cmd_r, rep_w]
         fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}"]  # a forked worker's descriptors, numbered there
         if child_sock is not None:

@@ -159,6 +159,7 @@ class Worker(ReferenceRole):
         self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
         self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
         self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
+        self.compile_warmed = False  # torch.compile's own start made (warm_compile)
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -192,14 +193,10 @@ class Worker(ReferenceRole):
         if self.device.type == "cuda":
             torch.zeros(1, device=self.device)  # create the context before the snapshot
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
+        compile_start = "start" if self.compile_warmed else None  # where torch.compile's start was made
         if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
-            # torch.compile starts helper threads when it first compiles something (a tqdm monitor, a thread
-            # pool or a subprocess pool's reader); a graph the builds did not leave cached compiles after the
-            # snapshot, and its threads read as the candidate's (L3-35/37's torch.compile baselines,
-            # "python_threads: 1 -> 2", on H100 and H200). Compile in this thread, without the monitor
-            # (compile_threads is outside Inductor's cache key: same cached graphs), then warm up once.
-            probes.compile_without_threads()
-            torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
+            compile_start = compile_start or "load"
+            self.warm_compile()
         # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
         # A build worker times nothing: its warm-up call draws from get_inputs itself.
         self.plan = None
@@ -230,7 +227,21 @@ class Worker(ReferenceRole):
         self.reset({})
         stateful = msg["role"] == "reference" and not build_only and self._stateful()
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
-                "graphed": self.graphed is not None, "stateful": stateful}
+                "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start}
+
+    def warm_compile(self) -> None:
+        """torch.compile's own start, before the snapshot and before any program code: Inductor's imports
+        and a compile of a stand-in function (seconds; a batch makes them when the worker starts,
+        process.WorkerSpec.warm_compile). torch.compile starts helper threads when it first compiles
+        something (a tqdm monitor, a thread pool or a subprocess pool's reader); a graph the builds did not
+        leave cached compiles after the snapshot, and its threads read as the candidate's (L3-35/37's
+        torch.compile baselines, "python_threads: 1 -> 2", on H100 and H200). Compile in this thread,
+        without the monitor (compile_threads is outside Inductor's cache key: same cached graphs)."""
+        if self.compile_warmed:
+            return
+        probes.compile_without_threads()
+        torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
+        self.compile_warmed = True
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU

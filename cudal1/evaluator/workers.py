@@ -136,6 +136,14 @@ def worker_spec(config: EvalConfig, problem: Problem | None = None, **extra: Any
                       fd_transport=fd_transport_works(config.device), core=core, **extra)
 
 
+def release_cache(config: EvalConfig) -> None:
+    """Give the parent's freed device memory back to the driver: the caching allocator would otherwise
+    keep the last problem's records reserved, out of reach of the next workers."""
+    if config.is_cuda and torch.cuda.is_available():
+        with torch.cuda.device(config.device):
+            torch.cuda.empty_cache()
+
+
 def receive_payload(reply: dict[str, Any], path: Path, config: EvalConfig, worker: WorkerProcess) -> Any:
     """What a worker's reply carried (device memory or a file), on the compare device; None if nothing."""
     if "payload" not in reply and not reply.get("payload_file"):
@@ -271,9 +279,10 @@ def module_file(worker: WorkerProcess) -> str | None:
 
 
 def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: EvalConfig,
-                             extensions_root: Path | None = None) -> WorkerProcess:
+                             extensions_root: Path | None = None, *, warm_compile: bool = False) -> WorkerProcess:
     """Start a candidate's worker ahead of time: interpreter, torch and the CUDA context come up while
-    another candidate is being timed. Nothing of the candidate runs until its ``load`` command."""
+    another candidate is being timed. Nothing of the candidate runs until its ``load`` command.
+    ``warm_compile``: torch.compile's own start too (WorkerSpec.warm_compile), for a program that calls it."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-cand-", dir=scratch_root()))
     root.chmod(0o711)
     work = root / "candidate"
@@ -281,8 +290,8 @@ def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: Eva
     (work / "candidate.py").write_text(candidate.source)
     (work / "reference.py").write_text(problem.source)
     ext_root = extensions_root or default_extensions_root()
-    return WorkerProcess(worker_spec(config, problem, extensions_dir=ext_root / candidate.sha256[:16]), work,
-                         "candidate")
+    return WorkerProcess(worker_spec(config, problem, extensions_dir=ext_root / candidate.sha256[:16],
+                                     warm_compile=warm_compile), work, "candidate")
 
 
 def device_name(device: str) -> str:
