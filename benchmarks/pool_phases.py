@@ -68,11 +68,11 @@ def phases(evals: list[Evaluation], origin: dict[str, str]) -> dict[str, Any]:
     (1, 0.1)
     """
     ok = [e for e in evals if e.ok]
+    ceiling = max((e.trials or 0 for e in ok), default=0)  # the most trials any evaluation ran
     report: dict[str, Any] = {"all": _phases(ok), "by_reference_ms": {}, "by_origin": {}}
     for lo, hi in BINS:
         chosen = [e for e in ok if e.reference_ms is not None and lo <= e.reference_ms < hi]
         widths = [w for e in chosen if (w := _half_width(e)) is not None]
-        ceiling = max((e.trials or 0 for e in ok), default=0)
         report["by_reference_ms"][f"{lo:g}-{hi:g}"] = _phases(chosen) | {
             "at_trial_ceiling": sum(1 for e in chosen if e.trials == ceiling),
             "interval_half_width_median": _median(widths)}
@@ -86,7 +86,6 @@ def phases(evals: list[Evaluation], origin: dict[str, str]) -> dict[str, Any]:
                   and "correctness_s" in rows[name].extra and "correctness_s" in rows[GRAPH].extra]
         report["by_origin"][name] = _phases(chosen) | (
             {"correctness_minus_cuda_graph_median": _median(paired), "paired_rows": len(paired)} if paired else {})
-    ceiling = max((e.trials or 0 for e in ok), default=0)
     at = [e for e in ok if e.trials == ceiling]
     report["timing"] = {"trial_ceiling": ceiling, "at_ceiling": len(at), "of": len(ok),
                         "half_width_median_at_ceiling": _median([w for e in at if (w := _half_width(e)) is not None])}

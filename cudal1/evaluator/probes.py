@@ -186,7 +186,8 @@ class Fingerprints:
         self.table: list[tuple[int, torch.Tensor]] = []  # (first call, [calls, outputs, 4] float64)
         self.numels: list[list[float]] = []
         self.scalars: dict[tuple[int, int], float] = {}  # (call, output) -> a Python number's value
-        self.patterns: dict[int, torch.Tensor] = {}  # int8 +-1, by output size
+        # int8 +-1 (P, A) by output shape, and by (shape, memory order) with P laid out in that order
+        self.patterns: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
         self.layout: tuple[Any, ...] | None = None
         self.stage: list[torch.Tensor] = []  # per tensor output: [rows, numel]
         self.rows: list[tuple[torch.Tensor, ...]] = []  # per tensor output: its staging rows
@@ -252,9 +253,12 @@ class Fingerprints:
                 dtype = x.dtype
             shape = x.shape
             n = shape.numel()
-            order = self._order(x)
-            # contiguous when the output is dense: a plain copy below (no view made for a contiguous one)
-            tensors.append(x if x.is_contiguous() else x.permute(order))
+            if x.is_contiguous():  # the usual case: staged as it is, no view made
+                order = tuple(range(x.dim()))
+                tensors.append(x)
+            else:  # dense in another order: its permuted view is contiguous, so a plain copy below
+                order = self._order(x)
+                tensors.append(x.permute(order))
             numels.append(float(n))
             layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64, order))
         self.numels.append(numels)

@@ -59,7 +59,8 @@ class ReferenceRole:
 
     def _stateful(self) -> bool:
         """Whether the output depends on earlier calls (KernelBench's RNNs keep their hidden state in
-        self): two calls on the same inputs give different sums. Built again afterwards when so."""
+        self): two calls on the same inputs give different sums. The state the probe moved on needs no
+        undoing here: the parent resets a stateful reference before each candidate (core._correctness)."""
         try:
             # A float64 sum read straight from each output (no float64 copy of an 8 GB output)
             sums = [[o.sum(dtype=torch.complex128 if o.is_complex() else torch.float64).item()
@@ -67,6 +68,4 @@ class ReferenceRole:
                      for o in flatten(self._forward(self._inputs_for(0)))[1]] for _ in range(2)]
         except Exception:  # noqa: BLE001 - the first record reports the reference's error where it always did
             return False
-        if sums[0] != sums[1]:
-            self.reset({})
         return sums[0] != sums[1]

@@ -193,9 +193,9 @@ class Worker(ReferenceRole):
         if self.device.type == "cuda":
             torch.zeros(1, device=self.device)  # create the context before the snapshot
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
-        compile_start = "start" if self.compile_warmed else None  # where torch.compile's start was made
+        compile_start = None  # where torch.compile's own start was made: at the worker's start, or here
         if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
-            compile_start = compile_start or "load"
+            compile_start = "start" if self.compile_warmed else "load"
             self.warm_compile()
         # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
         # A build worker times nothing: its warm-up call draws from get_inputs itself.
