@@ -252,9 +252,44 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
     oom = Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
                      reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
     monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: oom)
-    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"))
+    session = _Restarts()
+    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"), session)
     assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
     assert "ran out of device memory" in result.reason
+    assert session.restarts == 1  # tried once more with the batch's reference worker stopped
+
+
+class _Restarts:
+    """A reference session that only counts its restarts."""
+
+    def __init__(self) -> None:
+        self.restarts = 0
+
+    def restart(self) -> None:
+        self.restarts += 1
+
+
+def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_stopped(monkeypatch) -> None:
+    """L2-34 on an H100: the re-measurement's fresh workers ran out beside the batch's own reference worker,
+    even with nothing ahead. That worker stops and the re-measurement runs again: a pass there keeps it."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1)
+    replies = iter([Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
+                               reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory."),
+                    Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=4.8,
+                               speedup_low=4.7, speedup_high=4.95)])
+    monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: next(replies))
+    session = _Restarts()
+    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"), session)
+    assert session.restarts == 1
+    assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
+    assert result.extra["recheck_speedups"] == [5.0, 4.8]
 
 
 def test_device_queue_release_closes_the_references_taken_early_and_starts_them_again() -> None:

@@ -62,3 +62,21 @@ def test_each_candidate_of_a_batch_meets_a_fresh_reference_and_the_state_still_c
     # Loaded ahead, the later two made their first call there (EvalConfig.warm_ahead), which moved their
     # state on: built again before their trials, as fresh as the reference
     assert "first_call_s" in dropped.extra and "first_call_s" in again.extra
+
+
+def test_a_restarted_reference_worker_gives_the_same_records() -> None:
+    """``ReferenceSession.restart`` (room for a re-measurement that ran out of device memory) stops the
+    worker, and the fresh one builds the same reference: same init seed, same outputs for the same seed."""
+    from cudal1.evaluator.workers import ReferenceSession
+    from cudal1.problems import load_starter_suite
+
+    problem = next(p for p in load_starter_suite() if "nn.Linear" in p.source)  # weights from the init seed
+    with ReferenceSession(problem, EvalConfig(device="cpu")) as session:
+        before = session.records([1234])[0]
+        old = session.worker.proc.pid
+        session.restart()
+        assert session.worker.proc.pid != old
+        after = session.records([1234])[0]
+    assert before["outputs"] and len(before["outputs"]) == len(after["outputs"])
+    for a, b in zip(before["outputs"], after["outputs"], strict=True):
+        assert a.equal(b)

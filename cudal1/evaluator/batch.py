@@ -94,7 +94,7 @@ class _Sink:
 
 
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
-             devices: Sequence[str], device: str, ext_root: Path) -> Evaluation:
+             devices: Sequence[str], device: str, ext_root: Path, session: ReferenceSession) -> Evaluation:
     """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes, on another
     device when there is one. CUDA-L1 compares two single figures (reject beyond 10%); here each
     measurement carries the confidence interval of its median, and two measurements agree unless the
@@ -106,12 +106,16 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     measured = [first]
     kept = first
     for _ in range(config.recheck_measurements - 1):
-        second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root,
-                                    quiet=QUIET)
-        if not second.ok and "out of memory" in second.reason.lower():
-            # The first measurement ran in the same memory: the re-measurement's fresh workers ran out
-            # beside the workers loaded ahead (L2-34, docs/gpu-runs.md#2026-11-25-release-210). The
-            # harness's failure, not the candidate's.
+        for attempt in range(2):
+            second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root,
+                                        quiet=QUIET)
+            if second.ok or "out of memory" not in second.reason.lower() or attempt:
+                break
+            # The fresh workers ran out beside the batch's own reference worker, which holds its model,
+            # inputs and graphs (L2-34 on an H100, docs/gpu-runs.md#2026-11-25-fixes-verified): once more
+            # with that worker stopped; it loads again for the problem's next candidate.
+            session.restart()
+        if not second.ok and "out of memory" in second.reason.lower():  # alone: the harness's failure
             return _reference_failed(problem, candidate, config, f"re-measurement on {other} ran out of device "
                                      f"memory: {second.reason}", HARNESS_FAILED)
         if not second.ok or second.speedup is None or first.speedup is None:
@@ -378,7 +382,7 @@ def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: Reference
     try:
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-            result = _recheck(result, problem, c, cfg, devices, device, ext_root)
+            result = _recheck(result, problem, c, cfg, devices, device, ext_root, session)
     except ReferenceError as exc:
         result = _reference_failed(problem, c, cfg, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness's own failure

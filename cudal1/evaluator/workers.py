@@ -255,6 +255,14 @@ class ReferenceSession:
         except TransportError as exc:
             raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
 
+    def restart(self) -> None:
+        """Stop the worker, giving back all its device memory, and start a fresh one that loads the same
+        reference (same init seed) on its next use: room for a re-measurement's own workers beside it."""
+        with self._lock:
+            self.worker.close()
+            self.worker = WorkerProcess(worker_spec(self.config, self.problem), self.root / "reference", "reference")
+            self._loaded = False
+
     def close(self) -> None:
         if hasattr(self, "worker"):
             self.worker.close()
