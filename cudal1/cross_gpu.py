@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.candidates import Candidate, Evaluation
-from cudal1.cross_gpu_pool import protocol_section
+from cudal1.cross_gpu_pool import on_kind, protocol_section
 from cudal1.evaluator.config import EvalConfig
 from cudal1.problems import Problem
 from cudal1.reports import STAT_KEYS, best_per_problem, summarize
@@ -70,9 +70,11 @@ def pool_evaluate_section(devices: Sequence[str], config: EvalConfig) -> dict[st
     }
 
 
-def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence[Candidate]) -> list[Evaluation]:
+def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence[Candidate],
+                        gpu_kind: str = "") -> list[Evaluation]:
     """What a pool measured so far, from its incremental measurements file(s): used when its run did
-    not complete (worker killed, cancelled after a timeout), so finished evaluations still count."""
+    not complete (worker killed, cancelled after a timeout), so finished evaluations still count. With
+    ``gpu_kind``, only those measured on that kind of GPU."""
     from cudal1.candidates import load_evaluations
 
     by_sha: dict[tuple[str, str], Candidate] = {(c.problem_id, c.sha256): c for c in candidates}
@@ -81,7 +83,7 @@ def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence
     for path in sorted(q for q in found_files if ".partial" not in q.name):
         for e in load_evaluations(path):
             c = by_sha.get((e.problem_id, e.candidate_sha256))
-            if e.config_hash == config.hash and c is not None:
+            if e.config_hash == config.hash and c is not None and (not gpu_kind or on_kind(gpu_kind, e)):
                 found[c.candidate_id] = e
     return list(found.values())
 
@@ -104,10 +106,16 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
     undecided = status in ("", "completed")  # a run that failed or timed out keeps its status
     complete = completed_evaluations(pool_dir) if undecided else None
-    if complete is not None:
+    elsewhere = [e for e in complete or () if not on_kind(gpu_kind, e)]
+    if complete is not None and not elsewhere:
         return PoolResult(pool, gpu_kind, "completed", message, tuple(complete))
-    evaluations = partial_evaluations(pool_dir, config, candidates)
-    if undecided:
+    evaluations = partial_evaluations(pool_dir, config, candidates, gpu_kind)
+    if elsewhere:  # a table some of whose figures another GPU made is not this pool's result
+        status, names = "partial", sorted({e.device_name for e in elsewhere})
+        message = (f"{len(elsewhere)} evaluations were measured on {', '.join(names)}, not a {gpu_kind}: left out; "
+                   f"run `python -m cudal1.cross_gpu_pool {os.path.relpath(pool_dir)}` on a {gpu_kind} machine "
+                   f"to measure them there")
+    elif undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "
                               f"`python -m cudal1.cross_gpu_pool {os.path.relpath(pool_dir)}` on an available {gpu_kind} machine to finish")

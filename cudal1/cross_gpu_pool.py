@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +34,48 @@ from cudal1.problems import Problem
 POOL_FILE = "pool.json"
 MEASUREMENTS = "measurements.jsonl"  # appended after every evaluation
 COMPLETED = "evaluations.jsonl"  # written once every candidate has an evaluation
+ELSEWHERE = "other-hardware.jsonl"  # measurements set aside: made on hardware other than the pool's kind
+
+
+def on_kind(gpu_kind: str, evaluation: Evaluation) -> bool:
+    """Whether an evaluation was measured on the pool's GPU kind: the kind is a whole word of the CUDA
+    device's name, in any case ('H100' in 'NVIDIA H100 80GB HBM3'; 'H20' is not in 'NVIDIA H200'). A
+    measurement on a CPU device counts (a pool staged with cpu devices: tests, dry runs)."""
+    return not evaluation.device.startswith("cuda") or names_kind(gpu_kind, evaluation.device_name)
+
+
+def names_kind(gpu_kind: str, device_name: str) -> bool:
+    return re.search(rf"(?<![0-9a-z]){re.escape(gpu_kind.lower())}(?![0-9a-z])", device_name.lower()) is not None
+
+
+def check_devices(gpu_kind: str, devices: Sequence[str]) -> None:
+    """Refuse a pool's run on a GPU of another kind: its measurements would be recorded as the pool's
+    (a run for an H200 pool handed an H100 by a scheduler measured 129 evaluations on the H100 before this
+    check, docs/gpu-runs.md#2026-11-25-wrong-kind)."""
+    from cudal1.evaluator.workers import device_name
+
+    names = {d: device_name(d) for d in devices if d.startswith("cuda")}
+    wrong = [f"{d} is {'not available here' if name == 'cpu' else 'a ' + name}" for d, name in names.items()
+             if not names_kind(gpu_kind, name)]
+    if wrong:
+        raise ValueError(f"this pool measures on {gpu_kind} GPUs, but {'; '.join(wrong)}: run it on a {gpu_kind} "
+                         f"machine, or stage the pool with a gpu_kind that is a word of the device's name")
+
+
+def set_aside(measurements: Path, gpu_kind: str) -> int:
+    """Move measurements made on hardware other than the pool's kind out of ``measurements`` (into
+    ``other-hardware.jsonl`` beside it, nothing lost), so a resumed run measures those candidates again."""
+    if not measurements.is_file():
+        return 0
+    rows = load_evaluations(measurements)
+    wrong = [e for e in rows if not on_kind(gpu_kind, e)]
+    if wrong:
+        elsewhere = measurements.with_name(ELSEWHERE)
+        save_evaluations((load_evaluations(elsewhere) if elsewhere.is_file() else []) + wrong, elsewhere)
+        tmp = measurements.with_name("tmp-" + measurements.name)  # .jsonl: the format goes by suffix
+        save_evaluations([e for e in rows if on_kind(gpu_kind, e)], tmp)
+        os.replace(tmp, measurements)
+    return len(wrong)
 
 
 def write_jsonl(records: Iterable[Any], path: Path) -> None:
@@ -96,7 +140,13 @@ def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
     problems, candidates = read_problems(inputs / "problems.jsonl"), read_candidates(inputs / "candidates.jsonl")
     devices = list(devices or spec["devices"])
     config = pool_config(spec).with_device(devices[0])
+    kind = spec.get("gpu_kind", "")
+    check_devices(kind, devices)
     measurements = pool_dir / MEASUREMENTS
+    moved = set_aside(measurements, kind)
+    if moved:
+        print(f"{moved} measurements made on hardware other than {kind} moved to {pool_dir / ELSEWHERE}; "
+              "their candidates are measured again", file=sys.stderr)
     unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
     evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress,
                   ahead=AHEAD if ahead is None else ahead)

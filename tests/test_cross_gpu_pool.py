@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.candidates import Candidate, Status, load_evaluations, save_evaluations
+from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
 from cudal1.cross_gpu import gather_pool, reproduction, table_rows, write_tables
 from cudal1.cross_gpu_pool import COMPLETED, MEASUREMENTS, read_candidates, stage
 from cudal1.evaluator import EvalConfig
@@ -109,3 +109,45 @@ def test_report_name_is_a_file_stem() -> None:
     assert CrossGpuParams(report_name="cross-gpu").report_name == "cross-gpu"
     with pytest.raises(ValueError, match="report_name 'docs/x'.*the folder goes in out_dir"):
         CrossGpuParams(report_name="docs/x")
+
+
+@pytest.mark.parametrize(("kind", "name", "match"), [
+    ("H100", "NVIDIA H100 80GB HBM3", True), ("H200", "NVIDIA H200", True), ("H20", "NVIDIA H200", False),
+    ("H200", "NVIDIA H100 80GB HBM3", False), ("A100", "NVIDIA A100-SXM4-80GB", True),
+    ("3090", "NVIDIA GeForce RTX 3090", True), ("L40", "NVIDIA L40S", False), ("h100", "NVIDIA H100 PCIe", True)])
+def test_a_gpu_kind_is_a_whole_word_of_the_device_name(kind: str, name: str, match: bool) -> None:
+    from cudal1.cross_gpu_pool import names_kind
+
+    assert names_kind(kind, name) is match
+
+
+def test_a_pool_refuses_a_gpu_of_another_kind_and_sets_aside_what_one_measured(tmp_path: Path, monkeypatch) -> None:
+    """An H200 pool's run handed an H100 measured 129 evaluations there before the check: the runner now
+    refuses such a device, moves measurements made on another kind aside (kept, and measured again), and
+    gathering leaves them out of the pool's table."""
+    from cudal1.cross_gpu_pool import ELSEWHERE, check_devices, set_aside
+    from cudal1.evaluator import workers
+
+    with pytest.raises(ValueError, match="cuda:0 is not available here"):
+        check_devices("H200", ["cuda:0"])  # this machine has no GPU
+    check_devices("H200", ["cpu"])  # a pool staged with cpu devices measures there
+    monkeypatch.setattr(workers, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match=r"H200 GPUs, but cuda:0 is a NVIDIA H100 80GB HBM3: run it on a H200"):
+        check_devices("H200", ["cuda:0"])
+    check_devices("H100", ["cuda:0"])
+
+    problems = load_starter_suite()[:1]
+    candidates = template_candidates(problems[0], ["inference_mode", "no_grad"])
+    pool = tmp_path / "gpu-h200"
+    on = [Evaluation(problems[0].problem_id, c.candidate_id, Status.OK, speedup=1.1, device="cuda:0",
+                     device_name=name, config_hash=CONFIG.hash, candidate_sha256=c.sha256)
+          for c, name in zip(candidates, ["NVIDIA H200", "NVIDIA H100 80GB HBM3"], strict=True)]
+    save_evaluations(on, pool / MEASUREMENTS)
+    save_evaluations(on, pool / COMPLETED)
+    gathered = gather_pool(pool, "gpu-h200", "H200", CONFIG, candidates)
+    assert gathered.status == "partial" and [e.device_name for e in gathered.evaluations] == ["NVIDIA H200"]
+    assert "1 evaluations were measured on NVIDIA H100 80GB HBM3, not a H200" in gathered.message
+    assert set_aside(pool / MEASUREMENTS, "H200") == 1
+    assert [e.device_name for e in load_evaluations(pool / MEASUREMENTS)] == ["NVIDIA H200"]
+    assert [e.candidate_id for e in load_evaluations(pool / ELSEWHERE)] == [candidates[1].candidate_id]
+    assert set_aside(pool / MEASUREMENTS, "H200") == 0
