@@ -10,6 +10,10 @@ reference's time per call; by candidate origin (the released program, each basel
 correctness phase's median difference from the same row's CUDA-graph baseline (what a program's first
 call costs beyond a plain eager rewrite's); and how often the adaptive timing ran to its trial ceiling,
 with the 95% interval's median half-width there. ``--json`` writes the same figures.
+
+``--paired OTHER`` compares the same candidates measured in another run (another measurements file): over
+those ok in both, each phase's sum in either run, and how far their speedups agree (median and 95th
+percentile of |delta|/speedup, verdict changes among all the candidates in both).
 """
 
 from __future__ import annotations
@@ -92,11 +96,42 @@ def phases(evals: list[Evaluation], origin: dict[str, str]) -> dict[str, Any]:
     return report
 
 
+def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
+    """The same candidates in two runs (matched by problem and source hash).
+
+    >>> from cudal1.candidates import Status
+    >>> def row(cid, speedup, corr, status=Status.OK):
+    ...     return Evaluation("L1-1", cid, status, speedup=speedup, candidate_sha256=cid, eval_s=2.0,
+    ...                       extra={"correctness_s": corr})
+    >>> r = paired([row("a", 1.0, 0.2), row("b", 2.2, 0.3), row("c", 1.0, 0.1)],
+    ...            [row("a", 1.0, 0.5), row("b", 2.0, 0.4), row("c", None, 0.1, Status.INCORRECT)])
+    >>> r["both_ok"], r["run"]["correctness_s"], r["other"]["correctness_s"], r["verdict_changes"]
+    (2, 0.5, 0.9, 1)
+    >>> r["agreement_median"], r["agreement_p95"]
+    (0.05, 0.1)
+    """
+    mine = {(e.problem_id, e.candidate_sha256): e for e in evals}
+    theirs = {(e.problem_id, e.candidate_sha256): e for e in other}
+    common = [(mine[k], theirs[k]) for k in mine.keys() & theirs.keys()]
+    both = [(a, b) for a, b in common if a.ok and b.ok and a.speedup and b.speedup]
+    deltas = sorted(abs(a.speedup - b.speedup) / b.speedup for a, b in both)  # type: ignore[operator]
+
+    def sums(side: list[Evaluation]) -> dict[str, float]:
+        out = {p: round(sum(float(e.extra.get(p, 0.0) or 0.0) for e in side), 1) for p in PHASES}
+        return out | {"eval_s": round(sum(e.eval_s or 0.0 for e in side), 1)}
+
+    return {"in_both": len(common), "both_ok": len(both), "verdict_changes": sum(a.status != b.status for a, b in common),
+            "run": sums([a for a, _ in both]), "other": sums([b for _, b in both]),
+            "agreement_median": _median(deltas),
+            "agreement_p95": round(deltas[round(0.95 * (len(deltas) - 1))], 3) if deltas else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("evaluations", type=Path, help="measurements.jsonl or results.jsonl")
     ap.add_argument("--release", type=Path, help="the CUDA-L1 release file the candidates came from (origins)")
     ap.add_argument("--json", type=Path, help="write the figures here too")
+    ap.add_argument("--paired", type=Path, help="another run's measurements of the same candidates, to compare")
     args = ap.parse_args()
     origin: dict[str, str] = {}
     if args.release:
@@ -112,6 +147,9 @@ def main() -> None:
                                           "correctness_minus_cuda_graph_median", "paired_rows") if k in g]
         print(f"{name:<40} {g['evaluations']:>4} " + " ".join(cells) + ("  " + " ".join(notes) if notes else ""))
     print("timing:", json.dumps(report["timing"]))
+    if args.paired:
+        report["paired"] = paired(load_evaluations(args.evaluations), load_evaluations(args.paired))
+        print("paired:", json.dumps(report["paired"]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 
