@@ -5,7 +5,8 @@ measurements.jsonl, or release_eval.py's results.jsonl). Runs anywhere with this
         --release ../shared/cuda-l1/h100.jsonl
 
 Prints, over the evaluations measured ok: each phase's sum and median (load, correctness, timing, the
-wait for loads ahead, the first call made while loading ahead when there was one); the same by the
+wait for loads ahead, the first call made while loading ahead when there was one, and where a load's own
+wall went: waiting for its worker's start, then the load command); the same by the
 reference's time per call; by candidate origin (the released program, each baseline rewrite), with the
 correctness phase's median difference from the same row's CUDA-graph baseline (what a program's first
 call costs beyond a plain eager rewrite's); and how often the adaptive timing ran to its trial ceiling,
@@ -32,7 +33,8 @@ from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 from cudal1.reproduction import BASELINES, release_inputs  # noqa: E402
 
-PHASES = ("load_s", "correctness_s", "timing_s", "wait_s", "first_call_s")
+PHASES = ("load_s", "correctness_s", "timing_s", "wait_s", "first_call_s",
+          "ready_wait_s", "load_cmd_s")  # the last two: a load's wait for its worker's start, its command
 # Reference time per call (ms): launch-bound rows below 0.3 ms, memory- or compute-bound above
 BINS = ((0.0, 0.05), (0.05, 0.1), (0.1, 0.3), (0.3, 1.0), (1.0, 5.0), (5.0, float("inf")))
 GRAPH = "template:cuda_graph"

@@ -57,6 +57,9 @@ def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:
     # The first candidate is loaded on the device loop itself; the others ahead, with their first call.
     assert "first_call_s" not in first.extra
     assert second.extra["first_call_s"] >= 0.0 and third.extra["first_call_s"] >= 0.0
+    # Every load says where its wall went: waiting for the worker's start, then the load command itself
+    for e in (first, second, third):
+        assert e.extra["ready_wait_s"] >= 0.0 and e.extra["load_cmd_s"] > 0.0, e.extra
 
 
 def test_warm_ahead_off_leaves_the_first_call_to_correctness() -> None:

@@ -117,12 +117,16 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     torch.compile's tracing, library handles) is paid while another candidate is checked instead of in
     this one's first correctness trial. A failure of that call is the load's: a program that cannot
     survive its first call is not let off by a warm-up. ``first_call_s`` in the reply says it ran."""
-    worker.wait_ready(config.load_timeout_s)
+    t0 = time.perf_counter()
+    worker.wait_ready(config.load_timeout_s)  # a torch.compile program's start may still be running
+    t1 = time.perf_counter()
     reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
                          "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
                          "build_only": build_only},  # no plan, so no graph either
                         config.build_timeout_s + config.load_timeout_s)
+    # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
+    reply |= {"ready_wait_s": round(t1 - t0, 3), "load_cmd_s": round(time.perf_counter() - t1, 3)}
     if not first_call or build_only or not reply.get("ok"):
         return reply
     t0 = time.perf_counter()
@@ -181,7 +185,8 @@ def evaluate_candidate(
         result = replace(result, build_s=reply.get("build_s"))
         run.warmed = reply.get("first_call_s") is not None
         # Kept whatever the verdict: where the first call's cost and torch.compile's start went
-        ready = {k: reply[k] for k in ("first_call_s", "compile_start") if reply.get(k) is not None}
+        ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s")
+                 if reply.get(k) is not None}
         result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
         phase = time.perf_counter()
