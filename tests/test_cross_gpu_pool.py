@@ -122,7 +122,7 @@ def test_a_gpu_kind_is_a_whole_word_of_the_device_name(kind: str, name: str, mat
 
 
 def test_a_pool_refuses_a_gpu_of_another_kind_and_sets_aside_what_one_measured(tmp_path: Path, monkeypatch) -> None:
-    """An H200 pool's run handed an H100 measured 129 evaluations there before the check: the runner now
+    """A run of an H200 pool on an H100 measured 129 evaluations there before the check: the runner now
     refuses such a device, moves measurements made on another kind aside (kept, and measured again), and
     gathering leaves them out of the pool's table."""
     from cudal1.cross_gpu_pool import ELSEWHERE, check_devices, set_aside
