@@ -19,8 +19,8 @@
 #            (each run by benchmarks/release_resume.sh; where one call cannot hold a run, call that
 #            script again with the same RUN to resume it)
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
-# warm-ahead benchmarks/warm_ahead.py: WARM_ROWS (six) of the release with their baselines, the first call
-#            loaded ahead and not, alternating rounds -> $OUT/warm-ahead.json
+# warm-ahead benchmarks/warm_ahead.py: WARM_ROWS (two; six did not finish in 290 s) of the release with their
+#            baselines, the first call loaded ahead and not, alternating rounds -> $OUT/warm-ahead.json
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-gpu}
 RELEASE=${RELEASE:-carry/h100.jsonl}
@@ -87,8 +87,8 @@ for step in ${STEPS:-overhead}; do
     warm-ahead)
       stamp warm-ahead
       python3 benchmarks/warm_ahead.py --device cuda:0 --release "$RELEASE" --baselines --tolerance 1e-2 \
-        --rows "${WARM_ROWS:-L1-1,L1-19,L1-23,L2-12,L2-25,L2-46}" --rounds "${ROUNDS:-1}" \
-        --json "$OUT/warm-ahead.json" 2>&1 | tail -n 6 ;;
+        --rows "${WARM_ROWS:-L1-19,L2-12}" --rounds "${ROUNDS:-2}" \
+        --json "$OUT/warm-ahead.json" > "$OUT/warm-ahead.log" 2>&1; tail -n 6 "$OUT/warm-ahead.log" ;;
     learning)
       stamp learning
       python3 benchmarks/learning_gpu.py --device cuda:0 --problems 6 --sft-epochs 20 --out /tmp/lgpu > "$OUT/learning.log" 2>&1
