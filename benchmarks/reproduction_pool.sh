@@ -13,13 +13,14 @@ set -uo pipefail
 : "${POOL:?set POOL=data/reproduction/<key>/<pool>}"
 OUT=${OUT:-/tmp/cudal1-reproduction}
 mkdir -p "$OUT"
-# The pool's GPU kind against this machine's, before any set-up (the runner checks again, per device)
-kind=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["gpu_kind"])' "$POOL/pool.json") || exit 2
+# The pool's GPU kind against this machine's, before any set-up, by the runner's own rule (it checks
+# again, per device); cudal1.cross_gpu_pool imports no torch, so this takes a fraction of a second
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-if [ -n "$name" ] && ! grep -qiw -- "$kind" <<< "$name"; then
-  echo "error: pool $(basename "$POOL") measures on $kind GPUs; this machine has a $name: run it on a $kind machine" | tee "$OUT/pool.log"
-  exit 2
-fi
+PYTHONPATH=. python3 -c 'import json, sys; from cudal1.cross_gpu_pool import names_kind
+kind = json.load(open(sys.argv[1]))["gpu_kind"]
+sys.exit(0 if not sys.argv[2] or names_kind(kind, sys.argv[2]) else
+         f"error: this pool measures on {kind} GPUs; this machine has a {sys.argv[2]}: run it on a {kind} machine")' \
+  "$POOL/pool.json" "$name" 2> >(tee "$OUT/pool.log" >&2) || exit 2
 source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 # Measurements committed from earlier calls (docs/reproduction/pools/<key>/<pool>/) seed a pool folder

@@ -128,8 +128,9 @@ def test_a_pool_refuses_a_gpu_of_another_kind_and_sets_aside_what_one_measured(t
     from cudal1.cross_gpu_pool import ELSEWHERE, check_devices, set_aside
     from cudal1.evaluator import workers
 
+    monkeypatch.setattr(workers, "device_name", lambda device: "cpu")  # as it names a device with no GPU
     with pytest.raises(ValueError, match="cuda:0 is not available here"):
-        check_devices("H200", ["cuda:0"])  # this machine has no GPU
+        check_devices("H200", ["cuda:0"])
     check_devices("H200", ["cpu"])  # a pool staged with cpu devices measures there
     monkeypatch.setattr(workers, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     with pytest.raises(ValueError, match=r"H200 GPUs, but cuda:0 is a NVIDIA H100 80GB HBM3: run it on a H200"):

@@ -104,16 +104,17 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     when no two of its measurements agree, and the slowest is kept, so a lucky one never counts."""
     other = next((d for d in devices if d != device), device)
     measured, kept = [first], first
+    def measure() -> Evaluation:
+        return evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root, quiet=QUIET)
+
     for _ in range(config.recheck_measurements - 1):
-        for attempt in range(2):
-            second = evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root,
-                                        quiet=QUIET)
-            if second.ok or "out of memory" not in second.reason.lower() or attempt:
-                break
-            # Out of memory beside the batch's own reference worker (its model, inputs, graphs: L2-34 on an
-            # H100, docs/gpu-runs.md#2026-11-25-fixes-verified): once more with it stopped; it loads again.
+        second = measure()
+        if _out_of_memory(second):
+            # Beside the batch's own reference worker (its model, inputs, graphs: L2-34 on an H100,
+            # docs/gpu-runs.md#2026-11-25-fixes-verified): once more with it stopped; it loads again.
             session.restart()
-        if not second.ok and "out of memory" in second.reason.lower():  # alone: the harness's failure
+            second = measure()
+        if _out_of_memory(second):  # alone: the harness's failure
             return _reference_failed(problem, candidate, config, f"re-measurement on {other} ran out of device "
                                      f"memory: {second.reason}", HARNESS_FAILED)
         if not second.ok or second.speedup is None or first.speedup is None:

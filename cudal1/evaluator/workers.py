@@ -170,7 +170,7 @@ class ReferenceSession:
         self.path = self.root / "reference" / "reference.py"
         self.path.parent.mkdir(mode=0o700)
         self.path.write_text(problem.source)
-        self.worker = WorkerProcess(worker_spec(config, problem), self.root / "reference", "reference")
+        self.worker = self._new_worker()
         self.build_s = 0.0
         self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
         self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
@@ -260,8 +260,11 @@ class ReferenceSession:
         reference (same init seed) on its next use: room for a re-measurement's own workers beside it."""
         with self._lock:
             self.worker.close()
-            self.worker = WorkerProcess(worker_spec(self.config, self.problem), self.root / "reference", "reference")
+            self.worker = self._new_worker()
             self._loaded = False
+
+    def _new_worker(self) -> WorkerProcess:
+        return WorkerProcess(worker_spec(self.config, self.problem), self.root / "reference", "reference")
 
     def close(self) -> None:
         if hasattr(self, "worker"):
