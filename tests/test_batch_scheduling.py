@@ -317,3 +317,25 @@ def test_device_queue_release_closes_the_references_taken_early_and_starts_them_
     queue.release()
     assert closed == ["b #1", "c #1"] and starts == ["a", "b", "c", "b", "c"]
     assert [g[2].result().name for g in queue.taken] == ["b #2", "c #2"]
+
+
+def test_a_worker_that_never_starts_is_the_harness_failure_not_the_program() -> None:
+    """A candidate's worker that does not finish its start (stopped, starved of CPU) has run none of the
+    program: six H200 evaluations were recorded as the program's timeout that way and kept as verdicts.
+    Now the failure names the harness, so a resumed batch measures the candidate again."""
+    from cudal1.candidates import harness_failed
+    from cudal1.evaluator.config import EvalConfig
+    from cudal1.evaluator.core import load_candidate
+    from cudal1.evaluator.process import WorkerFailure
+
+    class NeverReady:  # what load_candidate asks of a WorkerProcess before the load command
+        def wait_ready(self, timeout_s: float) -> None:
+            raise WorkerFailure("timeout", f"start exceeded {timeout_s:g} s; the process group was killed")
+
+        def call(self, msg: dict, timeout_s: float) -> dict:
+            raise AssertionError("the load command must not be sent to a worker that never started")
+
+    with pytest.raises(WorkerFailure) as failure:
+        load_candidate(NeverReady(), 0, EvalConfig(device="cpu"))  # type: ignore[arg-type]
+    assert failure.value.kind == "timeout" and "start exceeded" in failure.value.message
+    assert harness_failed(failure.value.kind, failure.value.message)

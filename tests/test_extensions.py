@@ -182,6 +182,38 @@ def test_quiet_stops_build_workers_and_their_compilers_while_timing() -> None:
         leader.wait()
 
 
+def test_a_worker_taken_out_while_a_device_times_runs_again() -> None:
+    """Two devices: one times while the other takes its next worker (a torch.compile start, stopped as
+    builds are) for its own load. That worker must run at once, not stay stopped until its start times out
+    (six H200 evaluations were recorded as the program's timeout that way)."""
+    import subprocess
+    import sys
+    import time
+    from dataclasses import dataclass
+
+    from cudal1.evaluator.builds import Quiet
+
+    @dataclass(frozen=True)
+    class Starting:  # what Quiet reads of a WorkerProcess
+        pid: int
+        uid: int | None = None
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        quiet, worker = Quiet(), Starting(proc.pid)
+        quiet.add(worker)  # type: ignore[arg-type]
+        with quiet():  # the other device times
+            time.sleep(0.2)
+            assert _state(proc.pid) == "T"
+            quiet.discard(worker)  # type: ignore[arg-type]
+            time.sleep(0.2)
+            assert _state(proc.pid) != "T"
+        assert not quiet.workers
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _three_problems() -> tuple[list[Problem], list[Candidate]]:
     stems = ("scale_shift", "relu", "min_clamp")
     problems = [fixture_problem(s) for s in stems]

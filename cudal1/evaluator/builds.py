@@ -41,8 +41,13 @@ class Quiet:
                 self._signal(signal.SIGSTOP, [worker])
 
     def discard(self, worker: WorkerProcess) -> None:
+        """No longer stopped for timing, and running now: a worker taken out while another device times
+        would otherwise stay stopped for good (on two H200s, loads waited out their 120 s start that way)."""
         with self.lock:
-            self.workers.discard(worker)
+            if worker in self.workers:
+                self.workers.discard(worker)
+                if self.depth:
+                    self._signal(signal.SIGCONT, [worker])
 
     def _signal(self, sig: int, workers: Iterable[WorkerProcess]) -> None:
         leaders = {w.pid for w in workers}

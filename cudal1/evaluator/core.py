@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from cudal1.candidates import Candidate, Evaluation, Status
+from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, Status
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.checks import (
     Run,
@@ -118,7 +118,11 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     this one's first correctness trial. A failure of that call is the load's: a program that cannot
     survive its first call is not let off by a warm-up. ``first_call_s`` in the reply says it ran."""
     t0 = time.perf_counter()
-    worker.wait_ready(config.load_timeout_s)  # a torch.compile program's start may still be running
+    try:
+        worker.wait_ready(config.load_timeout_s)  # a torch.compile program's start may still be running
+    except WorkerFailure as failure:  # none of the program has run yet: the machine's fault, measured again
+        raise WorkerFailure(failure.kind, f"{HARNESS_FAILED}: the worker's start, before the program was "
+                            f"loaded: {failure.message}") from None
     t1 = time.perf_counter()
     reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
