@@ -74,7 +74,8 @@ def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence
                         gpu_kind: str = "") -> list[Evaluation]:
     """What a pool measured so far, from its incremental measurements file(s): used when its run did
     not complete (worker killed, cancelled after a timeout), so finished evaluations still count. With
-    ``gpu_kind``, only those measured on that kind of GPU."""
+    ``gpu_kind``, only those measured on that kind of GPU. The harness's failures are no verdict on their
+    candidates (the pool measures them again): left out, as not yet measured."""
     from cudal1.candidates import load_evaluations
 
     by_sha: dict[tuple[str, str], Candidate] = {(c.problem_id, c.sha256): c for c in candidates}
@@ -83,7 +84,8 @@ def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence
     for path in sorted(q for q in found_files if ".partial" not in q.name):
         for e in load_evaluations(path):
             c = by_sha.get((e.problem_id, e.candidate_sha256))
-            if e.config_hash == config.hash and c is not None and (not gpu_kind or on_kind(gpu_kind, e)):
+            if (e.config_hash == config.hash and c is not None and not e.harness_failed
+                    and (not gpu_kind or on_kind(gpu_kind, e))):
                 found[c.candidate_id] = e
     return list(found.values())
 

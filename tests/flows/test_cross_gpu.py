@@ -162,7 +162,9 @@ def test_without_a_server_it_evaluates_locally(xg_repo, run_env, tmp_path):
 def test_a_run_killed_mid_way_keeps_its_finished_evaluations(xg_repo, tmp_path):
     """A worker that dies leaves no evaluations.parquet, only the measurements file the evaluator
     appends to after every candidate: those rows still enter the table, and a re-run resumes from them."""
-    from cudal1.candidates import candidates_from_parquet, load_evaluations, save_evaluations
+    from dataclasses import replace
+
+    from cudal1.candidates import Status, candidates_from_parquet, load_evaluations, save_evaluations
     from cudal1.config import load_params
     from cudal1.cross_gpu import PoolResult, partial_evaluations, table_rows
     from tasks.io import problems_from_parquet
@@ -171,10 +173,17 @@ def test_a_run_killed_mid_way_keeps_its_finished_evaluations(xg_repo, tmp_path):
     source = next((xg_repo / "data/cross_gpu").glob("*/gpu-a100/measurements-*.parquet"))
     pool_dir = tmp_path / "gpu-a100"
     pool_dir.mkdir()
-    save_evaluations(load_evaluations(source)[:2], pool_dir / source.name)  # two of three finished
+    finished = load_evaluations(source)
+    save_evaluations(finished[:2], pool_dir / source.name)  # two of three finished
     candidates = candidates_from_parquet(xg_repo / "data/cross_gpu_inputs/candidates.parquet")
     kept = partial_evaluations(pool_dir, params.protocol, candidates)
     assert len(kept) == 2
+    # the third's worker never started: the harness's failure, not a verdict, so not counted as measured
+    failed = replace(finished[2], status=Status.TIMEOUT, speedup=None,
+                     reason="harness failed: the worker's start, before the program was loaded: start exceeded 120 s")
+    save_evaluations([failed], pool_dir / "measurements-b.parquet")
+    assert {e.candidate_id for e in partial_evaluations(pool_dir, params.protocol, candidates)} == \
+        {e.candidate_id for e in kept}
     problems = problems_from_parquet(xg_repo / "data/problems/problems.parquet")
     [row] = table_rows([PoolResult("gpu-a100", "A100", "timed_out", "killed", tuple(kept))], problems, 1.01)
     assert row["evaluations"] == 2 and row["total"] == 3 and row["status"] == "timed_out"
