@@ -159,6 +159,7 @@ def optimize_command(
     device: DeviceOpt = "cpu",
     rounds: Annotated[int, typer.Option(help="rounds at most")] = 3,
     samples: Annotated[int, typer.Option(help="answers per model per round")] = 4,
+    patience: Annotated[int, typer.Option(help="rounds in a row with nothing faster before the run stops")] = 1,
     budget_s: Annotated[float | None, typer.Option("--budget-s", help="wall-clock budget for the run, seconds")] = None,
     tolerance: TolOpt = None,
     out: Annotated[Path | None, typer.Option(help="output folder (default: <module>-optimized); rerunning the "
@@ -193,7 +194,7 @@ def optimize_command(
     config = _config(device, None, tolerance, trials, correctness_trials)
     out_dir = out or Path(f"{module.stem}-optimized")
     try:
-        settings = OptimizeSettings(rounds=rounds, samples=samples, budget_s=budget_s)
+        settings = OptimizeSettings(rounds=rounds, samples=samples, budget_s=budget_s, patience=patience)
         user_module = read_module(module, model_class, inputs)
         writers = make_writers(endpoint or [], model or [], api=api, api_key_env=api_key_env, policy=policy,
                                device=device, max_tokens=max_tokens, request_timeout_s=request_timeout_s,

@@ -168,6 +168,8 @@ def test_a_module_that_does_not_import(tmp_path: Path) -> None:
         check_module(read_module(sibling), FAST)
     done = cudal1("optimize", "uses_helper.py", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
+    lazy = cudal1("optimize", "uses_helper.py", "--patience", "0", cwd=tmp_path)  # settings are checked first
+    assert lazy.returncode == 2 and "patience=0: each must be at least 1" in lazy.stderr
     assert "error: uses_helper.py does not import: ModuleNotFoundError: No module named 'helpers'" in done.stderr
 
 

@@ -4,7 +4,8 @@ evaluator protocol, later rounds prompted with the best measured ones (contrasti
 Round 1 holds the template teacher's rewrites and ``samples`` answers from each configured model; each
 later round asks every model again with a contrastive prompt whose exemplars (drawn by score bucket from
 the candidates measured so far, as in contrastive RL) carry their measured speedups. The run stops after
-``rounds`` rounds, when the time budget is spent, or after a round that brought nothing faster.
+``rounds`` rounds, when the time budget is spent, or after ``patience`` rounds in a row that brought
+nothing faster (model answers vary, so a later round can find what an earlier one did not).
 
 Resuming is replay: the same command rebuilds every round from the same inputs; model answers come back
 from the completion cache and measurements from the evaluator's results file, so nothing is asked or
@@ -47,10 +48,12 @@ class OptimizeSettings:
     prompts: PromptSettings = field(default_factory=PromptSettings)
     chunk: int = 4  # candidates per evaluator batch: the budget is checked between batches
     seed: int = 0
+    patience: int = 1  # rounds in a row with nothing faster before the run stops
 
     def __post_init__(self) -> None:
-        if self.rounds < 1 or self.samples < 1 or self.chunk < 1:
-            raise ValueError(f"rounds={self.rounds}, samples={self.samples}: each must be at least 1")
+        if self.rounds < 1 or self.samples < 1 or self.chunk < 1 or self.patience < 1:
+            raise ValueError(f"rounds={self.rounds}, samples={self.samples}, patience={self.patience}: "
+                             "each must be at least 1")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError(f"budget_s={self.budget_s}: give a positive number of seconds, or none")
 
@@ -153,7 +156,7 @@ def _measured(state: RunState) -> dict[str, Evaluation]:
 def _rounds(state: RunState, log: Callable[[str], None], progress: Callable[[Evaluation], None] | None) -> None:
     from cudal1.optimize.outputs import write_outputs
 
-    settings, best = state.settings, 1.0  # to beat: the user's own module
+    settings, best, stale = state.settings, 1.0, 0  # to beat: the user's own module
     for r in range(1, settings.rounds + 1):
         if state.spent():
             state.stop = f"the time budget ({settings.budget_s:g} s) was spent before round {r}"
@@ -180,11 +183,15 @@ def _rounds(state: RunState, log: Callable[[str], None], progress: Callable[[Eva
         if state.budget_hit:
             state.stop = f"the time budget ({settings.budget_s:g} s) ran out during round {r}"
             return
-        if top <= best:
+        if top > best:
+            best, stale = top, 0
+            continue
+        stale += 1
+        if stale >= settings.patience:
             state.stop = (f"round {r} brought nothing faster than "
-                          + ("your module" if best == 1.0 else f"round {r - 1}'s best ({best:.2f}x lower bound)"))
+                          + ("your module" if best == 1.0 else f"the best so far ({best:.2f}x lower bound)")
+                          + (f", {stale} rounds in a row" if stale > 1 else ""))
             return
-        best = top
     state.stop = f"all {settings.rounds} rounds done"
 
 
