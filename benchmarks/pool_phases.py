@@ -99,7 +99,9 @@ def phases(evals: list[Evaluation], origin: dict[str, str]) -> dict[str, Any]:
 
 
 def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
-    """The same candidates in two runs (matched by problem and source hash).
+    """The same candidates in two runs (matched by problem and source hash): the phases summed over those
+    ok in both, and their agreement as release_bench.agreement reckons it (|delta|/speedup against
+    ``other``; verdict changes leave out the harness's failures, which are no verdict).
 
     >>> from cudal1.candidates import Status
     >>> def row(cid, speedup, corr, status=Status.OK):
@@ -112,20 +114,23 @@ def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
     >>> r["agreement_median"], r["agreement_p95"]
     (0.05, 0.1)
     """
-    mine = {(e.problem_id, e.candidate_sha256): e for e in evals}
-    theirs = {(e.problem_id, e.candidate_sha256): e for e in other}
-    common = [(mine[k], theirs[k]) for k in mine.keys() & theirs.keys()]
-    both = [(a, b) for a, b in common if a.ok and b.ok and a.speedup and b.speedup]
-    deltas = sorted(abs(a.speedup - b.speedup) / b.speedup for a, b in both)  # type: ignore[operator]
+    from benchmarks.release_bench import agreement
+
+    mine = {f"{e.problem_id}:{e.candidate_sha256}": e for e in evals}
+    theirs = {f"{e.problem_id}:{e.candidate_sha256}": e for e in other}
+    found = agreement(theirs, mine)
+    both = [k for k in mine.keys() & theirs.keys() if all(e.ok and e.speedup is not None for e in (mine[k], theirs[k]))]
 
     def sums(side: list[Evaluation]) -> dict[str, float]:
         out = {p: round(sum(float(e.extra.get(p, 0.0) or 0.0) for e in side), 1) for p in PHASES}
         return out | {"eval_s": round(sum(e.eval_s or 0.0 for e in side), 1)}
 
-    return {"in_both": len(common), "both_ok": len(both), "verdict_changes": sum(a.status != b.status for a, b in common),
-            "run": sums([a for a, _ in both]), "other": sums([b for _, b in both]),
-            "agreement_median": _median(deltas),
-            "agreement_p95": round(deltas[round(0.95 * (len(deltas) - 1))], 3) if deltas else None}
+    median, p95 = found["median"], found["p95"]
+    return {"in_both": len(mine.keys() & theirs.keys()), "both_ok": found["rows"],
+            "verdict_changes": len(found["flips"]),
+            "run": sums([mine[k] for k in both]), "other": sums([theirs[k] for k in both]),
+            "agreement_median": round(median, 3) if median is not None else None,
+            "agreement_p95": round(p95, 3) if p95 is not None else None}
 
 
 def main() -> None:
