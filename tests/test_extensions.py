@@ -4,6 +4,7 @@ batch loads the next candidate while the current one is checked (CPU, real g++ a
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,12 @@ def test_batch_with_loads_ahead_evaluates_each_candidate_against_its_own_problem
         assert result.candidate_sha256 == by_id[result.candidate_id].sha256
 
 
+@dataclass(frozen=True)
+class _Stoppable:  # what Quiet reads of a WorkerProcess
+    pid: int
+    uid: int | None = None
+
+
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
@@ -151,7 +158,6 @@ def test_quiet_stops_build_workers_and_their_compilers_while_timing() -> None:
     import subprocess
     import sys
     import time
-    from dataclasses import dataclass
 
     from cudal1.evaluator.builds import Quiet
 
@@ -163,12 +169,7 @@ def test_quiet_stops_build_workers_and_their_compilers_while_timing() -> None:
         compiler = int(leader.stdout.readline())  # type: ignore[union-attr]
         assert os.getpgid(compiler) != os.getpgid(leader.pid)  # a signal to the leader's group would miss it
         quiet = Quiet()
-        @dataclass(frozen=True)
-        class Builder:  # what Quiet reads of a WorkerProcess
-            pid: int
-            uid: int | None = None
-
-        quiet.add(Builder(leader.pid))  # type: ignore[arg-type]
+        quiet.add(_Stoppable(leader.pid))  # type: ignore[arg-type]
         with quiet():
             with quiet():  # a second device timing at once: builds stay stopped until both are done
                 pass
@@ -189,18 +190,12 @@ def test_a_worker_taken_out_while_a_device_times_runs_again() -> None:
     import subprocess
     import sys
     import time
-    from dataclasses import dataclass
 
     from cudal1.evaluator.builds import Quiet
 
-    @dataclass(frozen=True)
-    class Starting:  # what Quiet reads of a WorkerProcess
-        pid: int
-        uid: int | None = None
-
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        quiet, worker = Quiet(), Starting(proc.pid)
+        quiet, worker = Quiet(), _Stoppable(proc.pid)
         quiet.add(worker)  # type: ignore[arg-type]
         with quiet():  # the other device times
             time.sleep(0.2)
