@@ -93,6 +93,8 @@ def optimize_flow(modules: str, out_dir: str = "optimized", device: str = "cpu",
                                                                        f"python -m flows.optimize {modules}")
                 if run is not None:
                     run.log_metrics(_metrics(summary))
+                    # Which rewrite won, and why the run stopped, beside the figures in the MLflow UI.
+                    run.set_tags({"best_origin": summary["best_origin"] or "none", "stop": summary["stop"][:250]})
                     run.log_artifacts([Path(out) / name for name in ARTIFACTS])
         except (ModuleProblem, ModelFailure) as exc:
             logger.error(f"{path.name}: {exc}")

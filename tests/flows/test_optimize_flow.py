@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.optimize_helpers import RING
@@ -37,6 +38,13 @@ def test_flow_optimizes_a_folder_with_one_mlflow_run_per_module(run_env: dict[st
     assert by_name["optimize: broken.py"].info.status == "FAILED"
     run = by_name["optimize: ring.py"]
     assert run.info.status == "FINISHED" and run.data.tags["stage"] == "optimize"
-    assert run.data.metrics["best_low"] > 1.0 and run.data.metrics["candidates"] == 2
+    # The run logs what the module's own table ranks first. (That the rewrite measures faster, which a CPU
+    # shared with other test workers can hide in one run, is tests/test_optimize.py's claim.)
+    best = pl.read_parquet(out / "candidates.parquet").row(0, named=True)
+    metrics = run.data.metrics
+    assert best["rank"] == 1 and best["status"] == "ok" and metrics["candidates"] == 2, best
+    assert metrics["best_low"] == pytest.approx(best["speedup_low"]) and metrics["best_speedup"] == pytest.approx(
+        best["speedup"]) and metrics["best_low"] <= metrics["best_speedup"] <= metrics["best_high"], metrics
+    assert run.data.tags["best_origin"] == best["origin"] and run.data.tags["stop"], run.data.tags
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"best.py", "report.md", "speedup_by_round.png", "candidates.parquet"} <= artifacts
