@@ -158,6 +158,9 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
             "status": _status(program, p.problem_id in programs_of),
             "strict_status": strict_verdict(program) if program is not None else "",
             "reference_ms": program.reference_ms if program else None,
+            # The reference is timed again with every evaluation of the row (program and baselines): how far
+            # its own time moves on one machine is the row's noise floor (explain_gap).
+            **_reference_range(found),
             "candidate_ms": program.candidate_ms if program else None,
             "device": program.device_name if program else "",
             "flags": ",".join(program.flags) if program else "",
@@ -175,6 +178,12 @@ def row_table(problems: Sequence[Problem], candidates: Sequence[Candidate],
                 row[f"{name}_ms"] = base.candidate_ms if base is not None and base.ok else None
         rows.append(row)
     return rows
+
+
+def _reference_range(found: Sequence[Evaluation]) -> dict[str, Any]:
+    times = [e.reference_ms for e in found if e.reference_ms]
+    return {"reference_ms_min": min(times) if times else None, "reference_ms_max": max(times) if times else None,
+            "reference_timings": len(times)}
 
 
 def counts(row: dict[str, Any], column: str, tolerance: str) -> bool:
@@ -242,6 +251,13 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     >>> b = dict(a, vs_eager=1.4, vs_eager_low=1.35, vs_eager_high=1.45, reference_ms=0.7)
     >>> explain_gap(a, b, "H100", "H200")[:60]
     'the reference runs 1.43x faster on H200, the program 1.00x; '
+
+    A gain beyond the two kinds' memory bandwidth ratio is not the memory's: a reference of a few small
+    launches runs at the pace of the host that launches it, and the row's own spread on one machine says so.
+
+    >>> b = dict(b, reference_ms=0.05, vs_eager=1.0, reference_ms_min=0.05, reference_ms_max=0.08, reference_timings=4)
+    >>> print(explain_gap(dict(a, reference_ms=0.1), b, "H100", "H200").split("; ", 1)[1])
+    the reference gains more than H200's memory (4.8 vs 3.35 TB/s) can give (1.43x): the rest is the host's, which paces the launches of its 0.1 ms on H100 (the kinds ran on different machines), or noise; the reference alone ranged 0.05-0.08 ms over the row's 4 evaluations on H200
     """
     if a["status"] != b["status"]:
         def side(row: dict[str, Any], kind: str) -> str:
@@ -257,13 +273,25 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     cand = (a["candidate_ms"] or 0.0) / max(b["candidate_ms"] or 0.0, 1e-12)
     if ref and cand:
         notes.append(f"the reference runs {ref:.2f}x faster on {kind_b}, the program {cand:.2f}x")
-        memory = _bandwidths(kind_a, kind_b)
-        if ref > 1.15 and ref > cand * 1.15:
-            notes.append(f"the reference gains more from {kind_b}'s memory{memory}: a memory-bound reference, the "
-                         "program's time set by something else")
-        elif cand > 1.15 and cand > ref * 1.15:
-            notes.append(f"the program gains more from {kind_b}'s memory{memory} than the reference: a memory-bound "
-                         "program beside a reference bound by compute or launches")
+        memory, ratio = _bandwidths(kind_a, kind_b), _bandwidth_ratio(kind_a, kind_b)
+        for who, gain, other, ms in (("reference", ref, cand, a["reference_ms"]), ("program", cand, ref, a["candidate_ms"])):
+            if not (gain > 1.15 and gain > other * 1.15):
+                continue
+            if ratio is not None and gain > ratio * 1.1:  # beyond what the faster memory can give
+                notes.append(f"the {who} gains more than {kind_b}'s memory{memory} can give ({ratio:.2f}x): the "
+                             f"rest is the host's, which paces the launches of its {ms:.3g} ms on {kind_a} (the "
+                             "kinds ran on different machines), or noise")
+            elif who == "reference":
+                notes.append(f"the reference gains more from {kind_b}'s memory{memory}: a memory-bound reference, "
+                             "the program's time set by something else")
+            else:
+                notes.append(f"the program gains more from {kind_b}'s memory{memory} than the reference: a "
+                             "memory-bound program beside a reference bound by compute or launches")
+    for row, kind in ((a, kind_a), (b, kind_b)):
+        low, high = row.get("reference_ms_min"), row.get("reference_ms_max")
+        if low and high and high > low * 1.15:
+            notes.append(f"the reference alone ranged {low:.3g}-{high:.3g} ms over the row's "
+                         f"{row['reference_timings']} evaluations on {kind}")
     overlap = (a["vs_eager_low"] or 0.0) <= (b["vs_eager_high"] or 0.0) and (b["vs_eager_low"] or 0.0) <= (a["vs_eager_high"] or 0.0)
     if overlap:
         notes.append(f"noise: the 95% intervals [{a['vs_eager_low']:.2f}, {a['vs_eager_high']:.2f}] and "
@@ -282,6 +310,11 @@ def _bandwidths(kind_a: str, kind_b: str) -> str:
     """Both kinds' bandwidths, second first, where both are known: " (4.8 vs 3.35 TB/s)"; else ""."""
     a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
     return f" ({b:g} vs {a:g} TB/s)" if a is not None and b is not None else ""
+
+
+def _bandwidth_ratio(kind_a: str, kind_b: str) -> float | None:
+    a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
+    return b / a if a and b else None
 
 
 def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kind_a: str, kind_b: str,
