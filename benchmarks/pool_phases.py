@@ -130,7 +130,12 @@ def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
             "verdict_changes": len(found["flips"]),
             "run": sums([mine[k] for k in both]), "other": sums([theirs[k] for k in both]),
             "agreement_median": round(median, 3) if median is not None else None,
-            "agreement_p95": round(p95, 3) if p95 is not None else None}
+            "agreement_p95": round(p95, 3) if p95 is not None else None,
+            "in_other_interval": _round(found["inside"]), "intervals_overlap": _round(found["overlap"])}
+
+
+def _round(share: float | None) -> float | None:
+    return round(share, 3) if share is not None else None
 
 
 def main() -> None:

@@ -43,13 +43,19 @@ def verdict(e: Evaluation) -> str:
 
 def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> dict[str, Any]:
     """|Δ speedup| / speedup over the rows measured ok in both runs, and the rows whose verdict changed
-    (a harness failure in either run is no verdict and is left out).
+    (a harness failure in either run is no verdict and is left out). Where both carry a 95% interval:
+    ``inside``, the share of rows whose second figure lies in the first's interval, and ``overlap``, the
+    share whose two intervals overlap (how well one run's interval speaks for another run).
 
     >>> from cudal1.candidates import Status
     >>> a = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.0), "r2": Evaluation("r2", "c", Status.OK, speedup=1.0)}
     >>> b = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.02), "r2": Evaluation("r2", "c", Status.REJECTED)}
-    >>> agreement(a, b)["flips"], round(agreement(a, b)["median"], 4)
-    (['r2'], 0.01)
+    >>> agreement(a, b)["flips"], round(agreement(a, b)["median"], 4), agreement(a, b)["inside"]
+    (['r2'], 0.01, None)
+    >>> a["r1"] = Evaluation("r1", "c", Status.OK, speedup=2.0, speedup_low=1.95, speedup_high=2.01)
+    >>> b["r1"] = Evaluation("r1", "c", Status.OK, speedup=2.02, speedup_low=2.0, speedup_high=2.05)
+    >>> agreement(a, b)["inside"], agreement(a, b)["overlap"]
+    (0.0, 1.0)
     """
     from cudal1.candidates import Status
 
@@ -62,9 +68,15 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
     flips = [k for k in common if "harness_failed" not in (verdict(first[k]), verdict(second[k]))
              and Status(first[k].status) is not Status(second[k].status)]
     if not gaps:
-        return {"rows": 0, "median": None, "p95": None, "flips": flips}
+        return {"rows": 0, "median": None, "p95": None, "flips": flips, "inside": None, "overlap": None}
+    pairs = [(first[k], second[k]) for k in common if ok(first[k]) and ok(second[k])
+             and None not in (first[k].speedup_low, first[k].speedup_high, second[k].speedup_low, second[k].speedup_high)]
+    inside = [a.speedup_low <= b.speedup <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
+    overlap = [a.speedup_low <= b.speedup_high and b.speedup_low <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
     return {"rows": len(gaps), "median": statistics.median(gaps),
-            "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips}
+            "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips,
+            "inside": sum(inside) / len(pairs) if pairs else None,
+            "overlap": sum(overlap) / len(pairs) if pairs else None}
 
 
 def run_summary(run: Path) -> dict[str, Any]:
