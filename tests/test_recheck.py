@@ -12,6 +12,7 @@ import pytest
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
+from cudal1.evaluator.timing import agreeing_pair
 from cudal1.problems import load_starter_suite
 
 # diag(a) @ B: O(n^2) by broadcasting (fast), the reference's O(n^3) way (slow), or that way eight times
@@ -74,7 +75,23 @@ def test_a_speedup_that_does_not_repeat_is_kept_at_its_slowest(shared_dir: Path,
 
 @pytest.mark.slow
 def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) -> None:
-    problems, candidates = _candidate(shared_dir, "fast slow slower")
-    (result,) = evaluate_many(problems, candidates, CONFIG)
-    assert result.status is Status.REJECTED and "not reproduced" in result.reason, result
+    # Under the full suite's load the fast program's interval can widen until it reaches the slow one's
+    # (the comment above SHIFTING): the evaluator then rightly keeps a pair that agrees. Such a run must
+    # show the agreeing pair it kept; up to two fresh runs follow, and one of them must reject.
+    kept = []
+    for _attempt in range(3):
+        (shared_dir / "count").write_text("")
+        problems, candidates = _candidate(shared_dir, "fast slow slower")
+        (result,) = evaluate_many(problems, candidates, CONFIG)
+        if result.status is Status.REJECTED:
+            break
+        if "recheck_speedups" not in result.extra:  # the fast program read under the threshold: no re-check
+            assert result.status is Status.OK and (result.speedup or 0) <= (CONFIG.recheck_above or 0), result
+            kept.append(result.speedup)
+            continue
+        intervals = [(s, low, high) for s, (low, high) in zip(result.extra["recheck_speedups"],
+                                                               result.extra["recheck_intervals"], strict=True)]
+        assert result.status is Status.OK and agreeing_pair(intervals, CONFIG.recheck_limit), result
+        kept.append(intervals)
+    assert result.status is Status.REJECTED and "not reproduced" in result.reason, (result, kept)
     assert len(result.extra["recheck_speedups"]) == 3 and result.speedup is None

@@ -60,6 +60,13 @@ def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:
     # Every load says where its wall went: waiting for the worker's start, then the load command itself
     for e in (first, second, third):
         assert e.extra["ready_wait_s"] >= 0.0 and e.extra["load_cmd_s"] > 0.0, e.extra
+    # The device's time between evaluations is booked on the next one: the wait for a ready group and its
+    # reference's load once a group (the first group's reference loads on the device loop: not nothing),
+    # the wait for a build and the start of what comes next for every candidate.
+    assert first.extra["group_wait_s"] >= 0.0 and first.extra["reference_wait_s"] > 0.0, first.extra
+    assert first.extra["prepare_s"] > 0.0, first.extra  # its worker started on the device loop itself
+    for e in (second, third):
+        assert "group_wait_s" not in e.extra and e.extra["build_wait_s"] >= 0.0 and e.extra["prepare_s"] >= 0.0, e.extra
 
 
 def test_warm_ahead_off_leaves_the_first_call_to_correctness() -> None:

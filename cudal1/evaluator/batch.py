@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
@@ -45,6 +46,7 @@ from cudal1.evaluator.schedule import (
     quiet_after,
 )
 from cudal1.evaluator.static import check_source
+from cudal1.evaluator.timing import agreeing_pair, interval_of
 from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
 
@@ -123,45 +125,19 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
                            speedup_low=None, speedup_high=None)
         measured.append(second)
         kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
-        if _agreeing_pair([_interval(e) for e in measured], config.recheck_limit):
+        if agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
             break
     speedups = [e.speedup for e in measured]
     recheck = {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
-               "recheck_intervals": [list(_interval(e)[1:]) for e in measured]}
-    if not _agreeing_pair([_interval(e) for e in measured], config.recheck_limit):
-        shown = ", ".join(f"{e.speedup:.2f}x [{_interval(e)[1]:.2f}, {_interval(e)[2]:.2f}]" for e in measured)
+               "recheck_intervals": [list(interval_of(e)[1:]) for e in measured]}
+    if not agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
+        shown = ", ".join(f"{e.speedup:.2f}x [{interval_of(e)[1]:.2f}, {interval_of(e)[2]:.2f}]" for e in measured)
         return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
                        extra=first.extra | recheck,
                        reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}/{other}; no two "
                               f"intervals within {config.recheck_limit:.0%} of each other")
     flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
     return replace(kept, extra=kept.extra | recheck, flags=tuple(sorted(flags)))  # the kept one's own figures
-
-
-def _interval(e: Evaluation) -> tuple[float, float, float]:
-    """(speedup, low, high); an evaluation without an interval counts as a single figure."""
-    s = e.speedup or 0.0
-    return (s, e.speedup_low if e.speedup_low is not None else s, e.speedup_high if e.speedup_high is not None else s)
-
-
-def _agreeing_pair(measured: list[tuple[float, float, float]], limit: float) -> bool:
-    """Whether two measurements (speedup, low, high) agree: the faster one's interval starts no more than
-    ``limit`` above the end of the slower one's. Without intervals this is CUDA-L1's rule (within
-    ``limit`` of each other, relative to the smaller).
-
-    >>> _agreeing_pair([(25.4, 25.4, 25.4), (39.9, 39.9, 39.9)], 0.1)  # single figures, 57% apart
-    False
-    >>> _agreeing_pair([(8.19, 7.9, 8.5), (9.14, 8.8, 9.5)], 0.05)  # 12% apart, intervals 3.5% apart
-    True
-    >>> _agreeing_pair([(21.8, 21.0, 22.5), (0.98, 0.95, 1.01), (2.99, 2.9, 3.1)], 0.05)  # fast only once
-    False
-    """
-    for i, a in enumerate(measured):
-        for b in measured[i + 1:]:
-            slow, fast = sorted((a, b))
-            if fast[1] <= slow[2] * (1 + limit):
-                return True
-    return False
 
 
 def evaluate_many(
@@ -267,17 +243,24 @@ class _DeviceLoop:
             self.release_ahead = queue.release
             ahead: RunAhead[WorkerProcess] = RunAhead(self._start_ahead, self._load_ahead, _load_reference,
                                                       self._startable, loader, self._discard)
+            started = time.perf_counter()
             current = queue.next()
             while current is not None:
-                self._group(current, queue, ahead)
+                self._group(current, queue, ahead, time.perf_counter() - started)
+                started = time.perf_counter()
                 current = queue.next()
             ahead.clear()
 
-    def _group(self, group: Group, queue: DeviceQueue, ahead: RunAhead[WorkerProcess]) -> None:
+    def _group(self, group: Group, queue: DeviceQueue, ahead: RunAhead[WorkerProcess], waited_s: float) -> None:
         """One problem's candidates, in order, against its reference; all recorded as reference failures
-        when the reference does not load."""
+        when the reference does not load. ``waited_s``: how long the device waited for a group whose
+        builds were done."""
         problem, cands, session_future = group
+        t0 = time.perf_counter()
         session = _loaded(session_future)
+        # The device's time outside any evaluation, booked on the evaluation it came before: on two H200s
+        # the evaluations summed to 52-79% of the devices' wall (docs/gpu-runs.md#2026-11-25-fixes-verified).
+        idle = {"group_wait_s": waited_s, "reference_wait_s": time.perf_counter() - t0}
         if isinstance(session, str):
             for c in cands:
                 self.sink.add(_reference_failed(problem, c, self.cfg, session))
@@ -285,15 +268,20 @@ class _DeviceLoop:
             return
         with session:
             for i, c in enumerate(cands):
+                t0 = time.perf_counter()
                 if c.sha256 in self.builds:
                     self.builds[c.sha256].result()
+                t1 = time.perf_counter()
                 mine = ahead.take(c)
                 if mine is not None:
                     QUIET.discard(mine.worker)  # its own turn: never stopped for its own timing
                 worker = mine.worker if mine is not None else self._start_worker(problem, c)
                 loaded = mine.loaded if mine is not None else None
                 waits = ahead.prepare(queue.coming(group, i), problem)
-                self.sink.add(self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded))
+                idle |= {"build_wait_s": t1 - t0, "prepare_s": time.perf_counter() - t1}
+                result = self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded)
+                self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()}))
+                idle = {}
 
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:

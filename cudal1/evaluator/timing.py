@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cudal1.candidates import Evaluation
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.contention import CONTENDED_SHARE
 
@@ -183,3 +184,29 @@ def trace_row(ref: dict[str, Any], cand: dict[str, Any], ref_wall: float, cand_w
             "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_host_ms": med(ref.get("host_ms", [])),
             "cand_host_ms": med(cand.get("host_ms", [])), "ref_wall_s": round(ref_wall, 4),
             "cand_wall_s": round(cand_wall, 4), "trial_s": round(trial_s, 4)}
+
+
+def interval_of(e: Evaluation) -> tuple[float, float, float]:
+    """(speedup, low, high); an evaluation without an interval counts as a single figure."""
+    s = e.speedup or 0.0
+    return (s, e.speedup_low if e.speedup_low is not None else s, e.speedup_high if e.speedup_high is not None else s)
+
+
+def agreeing_pair(measured: list[tuple[float, float, float]], limit: float) -> bool:
+    """Whether two measurements (speedup, low, high) agree: the faster one's interval starts no more than
+    ``limit`` above the end of the slower one's. Without intervals this is CUDA-L1's rule (within
+    ``limit`` of each other, relative to the smaller).
+
+    >>> agreeing_pair([(25.4, 25.4, 25.4), (39.9, 39.9, 39.9)], 0.1)  # single figures, 57% apart
+    False
+    >>> agreeing_pair([(8.19, 7.9, 8.5), (9.14, 8.8, 9.5)], 0.05)  # 12% apart, intervals 3.5% apart
+    True
+    >>> agreeing_pair([(21.8, 21.0, 22.5), (0.98, 0.95, 1.01), (2.99, 2.9, 3.1)], 0.05)  # fast only once
+    False
+    """
+    for i, a in enumerate(measured):
+        for b in measured[i + 1:]:
+            slow, fast = sorted((a, b))
+            if fast[1] <= slow[2] * (1 + limit):
+                return True
+    return False
