@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,10 +254,34 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
                      reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
     monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: oom)
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"), session)
+    result = batch._recheck(first, problem, candidate, EvalConfig(), "cpu", Path("/nonexistent"), session)
     assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
     assert "ran out of device memory" in result.reason
     assert session.restarts == 1  # tried once more with the batch's reference worker stopped
+
+
+def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch) -> None:
+    """With two GPUs the re-measurement ran on the other one, beside that device's own loop, which could be
+    timing its own candidate on the same GPU at that moment. It stays on the device whose loop waits for it."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1, device="cuda:1")
+    used: list[str] = []
+
+    def measured_again(_problem, _candidate, config, **_kwargs) -> Evaluation:
+        used.append(config.device)
+        return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
+
+    monkeypatch.setattr(batch, "evaluate_candidate", measured_again)
+    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:0"), "cuda:1", Path("/nonexistent"),
+                            _Restarts())
+    assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
+    assert result.ok and result.extra["recheck_speedups"] == [5.0, 4.9]
 
 
 class _Restarts:
@@ -286,7 +311,7 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
                                speedup_low=4.7, speedup_high=4.95)])
     monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: next(replies))
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), ["cpu"], "cpu", Path("/nonexistent"), session)
+    result = batch._recheck(first, problem, candidate, EvalConfig(), "cpu", Path("/nonexistent"), session)
     assert session.restarts == 1
     assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
     assert result.extra["recheck_speedups"] == [5.0, 4.8]

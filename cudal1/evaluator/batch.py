@@ -96,18 +96,21 @@ class _Sink:
 
 
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
-             devices: Sequence[str], device: str, ext_root: Path, session: ReferenceSession) -> Evaluation:
-    """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes, on another
-    device when there is one. CUDA-L1 compares two single figures (reject beyond 10%); here each
-    measurement carries the confidence interval of its median, and two measurements agree unless the
-    faster one's interval lies above the slower one's by more than ``recheck_limit``: our own timing
-    noise never rejects a program, a speed that does not repeat does. When the first two disagree, a
-    third measurement settles it (``recheck_measurements=2`` rejects at once); a program is rejected
-    when no two of its measurements agree, and the slowest is kept, so a lucky one never counts."""
-    other = next((d for d in devices if d != device), device)
+             device: str, ext_root: Path, session: ReferenceSession) -> Evaluation:
+    """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes. CUDA-L1 compares
+    two single figures (reject beyond 10%); here each measurement carries the confidence interval of its
+    median, and two measurements agree unless the faster one's interval lies above the slower one's by
+    more than ``recheck_limit``: our own timing noise never rejects a program, a speed that does not
+    repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
+    rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
+    kept, so a lucky one never counts.
+
+    The re-measurement runs on the first one's own device, whose loop waits for it. On another device of
+    the batch it ran beside that device's own loop, which nothing kept from timing its candidate on the
+    same GPU at the same moment, and both figures were the worse for it; this device sat idle meanwhile."""
     measured, kept = [first], first
     def measure() -> Evaluation:
-        return evaluate_candidate(problem, candidate, config.with_device(other), extensions_root=ext_root, quiet=QUIET)
+        return evaluate_candidate(problem, candidate, config.with_device(device), extensions_root=ext_root, quiet=QUIET)
 
     for _ in range(config.recheck_measurements - 1):
         second = measure()
@@ -117,24 +120,24 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
             session.restart()
             second = measure()
         if _out_of_memory(second):  # alone: the harness's failure
-            return _reference_failed(problem, candidate, config, f"re-measurement on {other} ran out of device "
+            return _reference_failed(problem, candidate, config, f"re-measurement on {device} ran out of device "
                                      f"memory: {second.reason}", HARNESS_FAILED)
         if not second.ok or second.speedup is None or first.speedup is None:
             return replace(first, status=second.status if not second.ok else Status.REJECTED,
-                           reason=f"re-measurement on {other} failed: {second.reason}", speedup=None,
+                           reason=f"re-measurement on {device} failed: {second.reason}", speedup=None,
                            speedup_low=None, speedup_high=None)
         measured.append(second)
         kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
         if agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
             break
     speedups = [e.speedup for e in measured]
-    recheck = {"recheck_device": other, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
+    recheck = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
                "recheck_intervals": [list(interval_of(e)[1:]) for e in measured]}
     if not agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
         shown = ", ".join(f"{e.speedup:.2f}x [{interval_of(e)[1]:.2f}, {interval_of(e)[2]:.2f}]" for e in measured)
         return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
                        extra=first.extra | recheck,
-                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}/{other}; no two "
+                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}; no two "
                               f"intervals within {config.recheck_limit:.0%} of each other")
     flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
     return replace(kept, extra=kept.extra | recheck, flags=tuple(sorted(flags)))  # the kept one's own figures
@@ -203,7 +206,7 @@ def evaluate_many(
 
         def run_device(device: str) -> None:
             try:
-                _DeviceLoop(device, groups, builds, config, devices, ext_root, sink, ahead).run()
+                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -232,8 +235,8 @@ class _DeviceLoop:
     this class wires it to the evaluator and records each result."""
 
     def __init__(self, device: str, groups: Groups, builds: dict[str, Future[str]], config: EvalConfig,
-                 devices: Sequence[str], ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
-        self.device, self.groups, self.builds, self.devices, self.ahead = device, groups, builds, devices, ahead
+                 ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
+        self.device, self.groups, self.builds, self.ahead = device, groups, builds, ahead
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
 
@@ -286,7 +289,7 @@ class _DeviceLoop:
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
-        result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device,
+        result = _guarded(problem, c, self.cfg, session, self.ext_root, self.device,
                           quiet=quiet_after(waits), **prepared)
         if _out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
@@ -294,7 +297,7 @@ class _DeviceLoop:
             wait(waits)
             ahead.clear()
             self.release_ahead()
-            result = _guarded(problem, c, self.cfg, session, self.ext_root, self.devices, self.device, quiet=QUIET)
+            result = _guarded(problem, c, self.cfg, session, self.ext_root, self.device, quiet=QUIET)
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result
 
@@ -362,14 +365,14 @@ def _out_of_memory(result: Evaluation) -> bool:
 
 
 def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
-             devices: Sequence[str], device: str, **kwargs: Any) -> Evaluation:
+             device: str, **kwargs: Any) -> Evaluation:
     """One evaluation (re-checked when its speedup is large) that never raises: a failure of the reference
     or of the harness itself (e.g. the parent out of device memory) is recorded against the harness,
     never the candidate, and the batch goes on."""
     try:
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-            result = _recheck(result, problem, c, cfg, devices, device, ext_root, session)
+            result = _recheck(result, problem, c, cfg, device, ext_root, session)
     except ReferenceError as exc:
         result = _reference_failed(problem, c, cfg, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness's own failure
