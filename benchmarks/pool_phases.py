@@ -130,7 +130,7 @@ def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
 
     median, p95 = found["median"], found["p95"]
     return {"in_both": len(mine.keys() & theirs.keys()), "both_ok": found["rows"],
-            "verdict_changes": len(found["flips"]),
+            "verdict_changes": len(found["flips"]), "verdict_changes_at_tolerance_edge": len(found["edge_flips"]),
             "run": sums([mine[k] for k in both]), "other": sums([theirs[k] for k in both]),
             "agreement_median": round(median, 3) if median is not None else None,
             "agreement_p95": round(p95, 3) if p95 is not None else None,

@@ -56,6 +56,13 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
     >>> b["r1"] = Evaluation("r1", "c", Status.OK, speedup=2.02, speedup_low=2.0, speedup_high=2.05)
     >>> agreement(a, b)["inside"], agreement(a, b)["overlap"]
     (0.0, 1.0)
+
+    ``edge_flips``: the flips whose passing side was flagged ``tolerance_edge`` (it passed near its
+    tolerance, so another draw of inputs could fail it: the program's verdict, not the harness's).
+
+    >>> a["r2"] = Evaluation("r2", "c", Status.OK, speedup=1.0, flags=("tolerance_edge",))
+    >>> agreement(a, b)["edge_flips"]
+    ['r2']
     """
     from cudal1.candidates import Status
 
@@ -67,14 +74,17 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
                   for k in common if ok(first[k]) and ok(second[k]))
     flips = [k for k in common if "harness_failed" not in (verdict(first[k]), verdict(second[k]))
              and Status(first[k].status) is not Status(second[k].status)]
+    edge = [k for k in flips if "tolerance_edge" in (*first[k].flags, *second[k].flags)]
     if not gaps:
-        return {"rows": 0, "median": None, "p95": None, "flips": flips, "inside": None, "overlap": None}
+        return {"rows": 0, "median": None, "p95": None, "flips": flips, "edge_flips": edge, "inside": None,
+                "overlap": None}
     pairs = [(first[k], second[k]) for k in common if ok(first[k]) and ok(second[k])
              and None not in (first[k].speedup_low, first[k].speedup_high, second[k].speedup_low, second[k].speedup_high)]
     inside = [a.speedup_low <= b.speedup <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
     overlap = [a.speedup_low <= b.speedup_high and b.speedup_low <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
     return {"rows": len(gaps), "median": statistics.median(gaps),
             "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips,
+            "edge_flips": edge,
             "inside": sum(inside) / len(pairs) if pairs else None,
             "overlap": sum(overlap) / len(pairs) if pairs else None}
 
@@ -183,6 +193,7 @@ def main() -> None:
         if args.one_gpu and args.two_gpu else None,
         "harness_overhead_us_median": None, "evaluate_one_wall_s": None, "rl_eval_share": None,
         "details": {"agreement_rows": agree["rows"], "flipped_rows": agree["flips"],
+                    "flipped_at_tolerance_edge": agree["edge_flips"],
                     "warm_over_cold": round(warm_s / cold_s, 3),
                     "cold_partial": bool(cold_run.get("partial")),
                     "cold_per_program_s": round(cold_s / max(len(cold), 1), 2),

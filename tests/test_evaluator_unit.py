@@ -105,6 +105,17 @@ def test_max_scaled_error_predicts_any_tolerance() -> None:
         assert strict.ok == (lenient.max_scaled_error <= tol)
 
 
+def test_tolerance_used_is_the_worst_elements_share_of_its_allowance() -> None:
+    ref = torch.randn(1000, dtype=torch.float64)
+    for tol in (1e-4, 1e-3, 1e-2):
+        near = compare_outputs([ref], [ref + 0.8 * tol], EvalConfig(tolerance=tol, rel_l2_tolerance=1.0))
+        worst = float((0.8 * tol / (tol + tol * ref.abs())).max())
+        assert near.ok and near.tolerance_used == pytest.approx(worst) and 0.79 < near.tolerance_used <= 0.8
+        far = compare_outputs([ref], [ref + 3 * tol], EvalConfig(tolerance=tol, rel_l2_tolerance=1.0))
+        assert not far.ok and far.tolerance_used > 1.0
+    assert compare_outputs([ref], [ref.clone()], EvalConfig(tolerance=1e-4)).tolerance_used == 0.0
+
+
 def test_inputs_unchanged_and_outputs_equal() -> None:
     x = torch.randn(3)
     assert inputs_unchanged([x, 2], [x.clone(), 2]) == ""

@@ -29,7 +29,7 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
-from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.compare import EDGE, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
@@ -98,7 +98,10 @@ def _correctness(run: Run) -> int:
         run.max_abs = max(run.max_abs, result.max_abs_error)
         run.max_rel = max(run.max_rel, result.max_rel_l2_error)
         run.max_scaled = max(run.max_scaled, result.max_scaled_error)
+        run.tolerance_used = max(run.tolerance_used, result.tolerance_used)
         del payload
+    if run.tolerance_used > EDGE:
+        run.flags.add("tolerance_edge")  # passed, but near its tolerance: the verdict may not repeat
     return cfg.correctness_trials
 
 
@@ -196,7 +199,8 @@ def evaluate_candidate(
         phase = time.perf_counter()
         trials = _correctness(run)
         result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
-                         extra=result.extra | {"max_scaled_error": run.max_scaled, "load_s": round(phase - started, 3),
+                         extra=result.extra | {"max_scaled_error": run.max_scaled,
+                                               "tolerance_used": round(run.tolerance_used, 4), "load_s": round(phase - started, 3),
                                                "correctness_s": round(time.perf_counter() - phase, 3)})
         if config.timing:
             phase = time.perf_counter()
