@@ -37,4 +37,10 @@ pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the cal
 for f in measurements.jsonl evaluations.jsonl; do
   [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
 done
-tail -n 3 "$OUT/pool.log"
+# Where this call's device time went (its own evaluations only): the phases, and the time between
+# evaluations each one booked (waits for a ready group, a reference, a build; starting what comes next)
+if [ -f "$POOL/measurements.jsonl" ]; then
+  tail -n +"$((before + 1))" "$POOL/measurements.jsonl" > /tmp/cudal1-this-call.jsonl
+  PYTHONPATH=. python3 benchmarks/pool_phases.py /tmp/cudal1-this-call.jsonl 2>&1 | sed -n '1,2p' | tee -a "$OUT/pool.log"
+fi
+tail -n 5 "$OUT/pool.log"
