@@ -402,7 +402,7 @@ def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pyt
     """Candidates listed program-first across problems (as a reproduction lists its programs, then the
     baselines): the build of the first problem's second candidate comes before the next problem's, so
     the first group is not held back by every other problem's build."""
-    import cudal1.evaluator.batch as batch
+    import cudal1.evaluator.schedule as schedule
 
     scale, relu = fixture_problem("scale_shift"), fixture_problem("relu")
     broken = "this is not C++"  # fails at once: the order is the point, not the build
@@ -410,14 +410,37 @@ def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pyt
     later = Candidate(relu.problem_id, fallback_program("order_relu", broken), origin="second problem")
     first = Candidate(scale.problem_id, fallback_program("order_scale", broken), origin="first problem")
     built: list[str] = []
-    real = batch.prebuild
+    real = schedule.prebuild
 
     def recorded(problem: Problem, candidate: Candidate, *args: object) -> str:
         built.append(candidate.origin)
         return real(problem, candidate, *args)
 
-    monkeypatch.setattr(batch, "prebuild", recorded)
+    monkeypatch.setattr(schedule, "prebuild", recorded)
     results = evaluate_many([scale, relu], [plain, later, first], FAST, devices=["cpu"], extensions_root=ext_root,
                             build_workers=1)
     assert built == ["first problem", "second problem"]
     assert len(results) == 3
+
+
+def test_gpu_warm_ups_go_to_every_device_in_turn() -> None:
+    """On two H200s every build's GPU warm-up went to the first device; they now alternate."""
+    from concurrent.futures import Future
+
+    from cudal1.evaluator.schedule import submit_builds
+
+    class Recording:
+        def __init__(self) -> None:
+            self.devices: list[str] = []
+
+        def submit(self, _fn: object, _problem: Problem, _candidate: Candidate, config: EvalConfig, _root: Path) -> Future:
+            self.devices.append(config.device)
+            return Future()
+
+    problems = [fixture_problem(s) for s in ("scale_shift", "relu", "min_clamp")]
+    ordered = [(p.problem_id, [Candidate(p.problem_id, fallback_program(f"warm_{i}", "int f();"))])
+               for i, p in enumerate(problems)]
+    pool = Recording()
+    builds = submit_builds(pool, ordered, {p.problem_id: p for p in problems}, EvalConfig(device="cuda:0"),
+                           ["cuda:0", "cuda:1"], Path("/nonexistent"))
+    assert len(builds) == 3 and pool.devices == ["cuda:0", "cuda:1", "cuda:0"], pool.devices

@@ -22,7 +22,7 @@ from cudal1.candidates import (
     load_evaluations,
     save_evaluations,
 )
-from cudal1.evaluator.builds import QUIET, pin_cuda_arch, prebuild
+from cudal1.evaluator.builds import QUIET, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -33,17 +33,17 @@ from cudal1.evaluator.core import (
     load_candidate,
     prepare_candidate_worker,
 )
-from cudal1.evaluator.extensions import mentions_builds, mentions_compile
+from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.schedule import (
     DeviceQueue,
     Group,
     Groups,
     RunAhead,
-    build_order,
     compile_at_start,
     discard_worker,
     quiet_after,
+    submit_builds,
 )
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import agreeing_pair, interval_of
@@ -183,7 +183,6 @@ def evaluate_many(
     # Builds in submission order on all cores but those the timing path needs (the parent and the two
     # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
     workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))
-    builds: dict[str, Future[str]] = {}
     order: dict[str, list[Candidate]] = {}
     for c in todo:
         order.setdefault(c.problem_id, []).append(c)
@@ -191,16 +190,7 @@ def evaluate_many(
     if costs:
         ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        # Submitted by group, the first groups first: a group is timed once all its builds are done, so
-        # builds submitted in candidate order (every program, then every baseline) kept the reproduction's
-        # first group waiting ~6 minutes for a hundred unrelated programs' builds
-        # (docs/gpu-runs.md#2026-11-25-pool-start); then from both ends in turn (schedule.build_order).
-        for c in (c for _pid, cands in build_order(ordered) for c in cands):
-            # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
-            # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
-            needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
-            if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
-                builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, config.with_device(devices[0]), ext_root)
+        builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
         groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
         errors: list[BaseException] = []
 

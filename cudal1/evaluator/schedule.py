@@ -11,15 +11,18 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate
-from cudal1.evaluator.builds import QUIET
+from cudal1.evaluator.builds import QUIET, prebuild
 from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.static import check_source
 from cudal1.problems import Problem
 
 Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
@@ -234,3 +237,22 @@ def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str 
             yield None if last is None else getattr(last, "cudal1_label", "a load ahead")
 
     return quiet
+
+
+def submit_builds(pool: Executor, ordered: list[tuple[str, list[Candidate]]], by_id: Mapping[str, Problem],
+                  config: EvalConfig, devices: Sequence[str], ext_root: Path) -> dict[str, Future[str]]:
+    """The builds of the candidates that need one, by source hash. Submitted by group, the first groups
+    first: a group is timed once all its builds are done, so builds submitted in candidate order (every
+    program, then every baseline) kept the reproduction's first group waiting ~6 minutes for a hundred
+    unrelated programs' builds (docs/gpu-runs.md#2026-11-25-pool-start); then from both ends in turn
+    (schedule.build_order). GPU warm-ups go to every device in turn (two at a time on each, see prebuild),
+    not all to the first: the caches they fill serve the timed worker of whichever device takes the row."""
+    builds: dict[str, Future[str]] = {}
+    for c in (c for _pid, cands in build_order(ordered) for c in cands):
+        # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
+        # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
+        needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
+        if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
+            warm_on = config.with_device(devices[len(builds) % len(devices)])
+            builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, warm_on, ext_root)
+    return builds
