@@ -128,17 +128,15 @@ def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
         out = {p: round(sum(float(e.extra.get(p, 0.0) or 0.0) for e in side), 1) for p in PHASES}
         return out | {"eval_s": round(sum(e.eval_s or 0.0 for e in side), 1)}
 
-    median, p95 = found["median"], found["p95"]
     return {"in_both": len(mine.keys() & theirs.keys()), "both_ok": found["rows"],
             "verdict_changes": len(found["flips"]), "verdict_changes_at_tolerance_edge": len(found["edge_flips"]),
             "run": sums([mine[k] for k in both]), "other": sums([theirs[k] for k in both]),
-            "agreement_median": round(median, 3) if median is not None else None,
-            "agreement_p95": round(p95, 3) if p95 is not None else None,
+            "agreement_median": _round(found["median"]), "agreement_p95": _round(found["p95"]),
             "in_other_interval": _round(found["inside"]), "intervals_overlap": _round(found["overlap"])}
 
 
-def _round(share: float | None) -> float | None:
-    return round(share, 3) if share is not None else None
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def main() -> None:

@@ -70,23 +70,22 @@ def agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> di
         return Status(e.status) is Status.OK and e.speedup is not None
 
     common = sorted(set(first) & set(second))
-    gaps = sorted(abs(second[k].speedup - first[k].speedup) / first[k].speedup  # type: ignore[operator]
-                  for k in common if ok(first[k]) and ok(second[k]))
+    pairs = [(first[k], second[k]) for k in common if ok(first[k]) and ok(second[k])]
+    gaps = sorted(abs(b.speedup - a.speedup) / a.speedup for a, b in pairs)  # type: ignore[operator]
     flips = [k for k in common if "harness_failed" not in (verdict(first[k]), verdict(second[k]))
              and Status(first[k].status) is not Status(second[k].status)]
     edge = [k for k in flips if "tolerance_edge" in (*first[k].flags, *second[k].flags)]
     if not gaps:
         return {"rows": 0, "median": None, "p95": None, "flips": flips, "edge_flips": edge, "inside": None,
                 "overlap": None}
-    pairs = [(first[k], second[k]) for k in common if ok(first[k]) and ok(second[k])
-             and None not in (first[k].speedup_low, first[k].speedup_high, second[k].speedup_low, second[k].speedup_high)]
-    inside = [a.speedup_low <= b.speedup <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
-    overlap = [a.speedup_low <= b.speedup_high and b.speedup_low <= a.speedup_high for a, b in pairs]  # type: ignore[operator]
+    spans = [(a, b) for a, b in pairs if None not in (a.speedup_low, a.speedup_high, b.speedup_low, b.speedup_high)]
+    inside = [a.speedup_low <= b.speedup <= a.speedup_high for a, b in spans]  # type: ignore[operator]
+    overlap = [a.speedup_low <= b.speedup_high and b.speedup_low <= a.speedup_high for a, b in spans]  # type: ignore[operator]
     return {"rows": len(gaps), "median": statistics.median(gaps),
             "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))], "max": gaps[-1], "flips": flips,
             "edge_flips": edge,
-            "inside": sum(inside) / len(pairs) if pairs else None,
-            "overlap": sum(overlap) / len(pairs) if pairs else None}
+            "inside": sum(inside) / len(spans) if spans else None,
+            "overlap": sum(overlap) / len(spans) if spans else None}
 
 
 def run_summary(run: Path) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     cand = (a["candidate_ms"] or 0.0) / max(b["candidate_ms"] or 0.0, 1e-12)
     if ref and cand:
         notes.append(f"the reference runs {ref:.2f}x faster on {kind_b}, the program {cand:.2f}x")
-        memory, ratio = _bandwidths(kind_a, kind_b), _bandwidth_ratio(kind_a, kind_b)
+        memory, ratio = _bandwidths(kind_a, kind_b)
         for who, gain, other, ms in (("reference", ref, cand, a["reference_ms"]), ("program", cand, ref, a["candidate_ms"])):
             if not (gain > 1.15 and gain > other * 1.15):
                 continue
@@ -306,15 +306,11 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
 BANDWIDTH_TBS = {"H100": 3.35, "H200": 4.8, "H20": 4.0, "A100": 2.04, "L40": 0.864, "3090": 0.936}
 
 
-def _bandwidths(kind_a: str, kind_b: str) -> str:
-    """Both kinds' bandwidths, second first, where both are known: " (4.8 vs 3.35 TB/s)"; else ""."""
+def _bandwidths(kind_a: str, kind_b: str) -> tuple[str, float | None]:
+    """Both kinds' bandwidths, second first, and the second's over the first's, where both are known:
+    (" (4.8 vs 3.35 TB/s)", 1.43); else ("", None)."""
     a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
-    return f" ({b:g} vs {a:g} TB/s)" if a is not None and b is not None else ""
-
-
-def _bandwidth_ratio(kind_a: str, kind_b: str) -> float | None:
-    a, b = BANDWIDTH_TBS.get(kind_a), BANDWIDTH_TBS.get(kind_b)
-    return b / a if a and b else None
+    return (f" ({b:g} vs {a:g} TB/s)", b / a) if a and b else ("", None)
 
 
 def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kind_a: str, kind_b: str,

@@ -254,7 +254,7 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
                      reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
     monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: oom)
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), "cpu", Path("/nonexistent"), session)
+    result = batch._recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
     assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
     assert "ran out of device memory" in result.reason
     assert session.restarts == 1  # tried once more with the batch's reference worker stopped
@@ -278,8 +278,7 @@ def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch)
         return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
 
     monkeypatch.setattr(batch, "evaluate_candidate", measured_again)
-    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:0"), "cuda:1", Path("/nonexistent"),
-                            _Restarts())
+    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), _Restarts())
     assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
     assert result.ok and result.extra["recheck_speedups"] == [5.0, 4.9]
 
@@ -311,7 +310,7 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
                                speedup_low=4.7, speedup_high=4.95)])
     monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: next(replies))
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), "cpu", Path("/nonexistent"), session)
+    result = batch._recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
     assert session.restarts == 1
     assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
     assert result.extra["recheck_speedups"] == [5.0, 4.8]

@@ -95,8 +95,8 @@ class _Sink:
                               f"{evaluation.reason[:300]}")
 
 
-def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig,
-             device: str, ext_root: Path, session: ReferenceSession) -> Evaluation:
+def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
+             session: ReferenceSession) -> Evaluation:
     """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes. CUDA-L1 compares
     two single figures (reject beyond 10%); here each measurement carries the confidence interval of its
     median, and two measurements agree unless the faster one's interval lies above the slower one's by
@@ -105,12 +105,13 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
     kept, so a lucky one never counts.
 
-    The re-measurement runs on the first one's own device, whose loop waits for it. On another device of
-    the batch it ran beside that device's own loop, which nothing kept from timing its candidate on the
-    same GPU at the same moment, and both figures were the worse for it; this device sat idle meanwhile."""
-    measured, kept = [first], first
+    The re-measurement runs on the first one's own device (``config.device``), whose loop waits for it. On
+    another device of the batch it ran beside that device's own loop, which nothing kept from timing its
+    candidate on the same GPU at the same moment, and both figures were the worse for it; this device sat
+    idle meanwhile."""
+    measured, kept, device = [first], first, config.device
     def measure() -> Evaluation:
-        return evaluate_candidate(problem, candidate, config.with_device(device), extensions_root=ext_root, quiet=QUIET)
+        return evaluate_candidate(problem, candidate, config, extensions_root=ext_root, quiet=QUIET)
 
     for _ in range(config.recheck_measurements - 1):
         second = measure()
@@ -226,7 +227,7 @@ class _DeviceLoop:
 
     def __init__(self, device: str, groups: Groups, builds: dict[str, Future[str]], config: EvalConfig,
                  ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
-        self.device, self.groups, self.builds, self.ahead = device, groups, builds, ahead
+        self.groups, self.builds, self.ahead = groups, builds, ahead
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
 
@@ -279,7 +280,7 @@ class _DeviceLoop:
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
-        result = _guarded(problem, c, self.cfg, session, self.ext_root, self.device,
+        result = _guarded(problem, c, self.cfg, session, self.ext_root,
                           quiet=quiet_after(waits), **prepared)
         if _out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
@@ -287,7 +288,7 @@ class _DeviceLoop:
             wait(waits)
             ahead.clear()
             self.release_ahead()
-            result = _guarded(problem, c, self.cfg, session, self.ext_root, self.device, quiet=QUIET)
+            result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=QUIET)
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result
 
@@ -355,14 +356,14 @@ def _out_of_memory(result: Evaluation) -> bool:
 
 
 def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
-             device: str, **kwargs: Any) -> Evaluation:
+             **kwargs: Any) -> Evaluation:
     """One evaluation (re-checked when its speedup is large) that never raises: a failure of the reference
     or of the harness itself (e.g. the parent out of device memory) is recorded against the harness,
     never the candidate, and the batch goes on."""
     try:
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-            result = _recheck(result, problem, c, cfg, device, ext_root, session)
+            result = _recheck(result, problem, c, cfg, ext_root, session)
     except ReferenceError as exc:
         result = _reference_failed(problem, c, cfg, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness's own failure
