@@ -4,7 +4,7 @@
 # agreement check. Results and logs under $OUT (default /tmp/cudal1-release).
 #
 #   RELEASE=carry/h100.jsonl DEVICES=cuda:0 [ROWS=L1-1,L2-5 | LIMIT=40] [RUNS=2] [TRIALS=5] \
-#       [RUN_TIMEOUT=seconds] [COLD=0] [AGREE_WITH=earlier/results.jsonl] [NAME=run] \
+#       [RUN_TIMEOUT=seconds] [COLD=0] [AGREE_WITH=earlier/results.jsonl] [NAME=run] [EXTRA="--flag ..."] \
 #       bash benchmarks/release_device.sh
 # COLD=0 keeps the build cache of an earlier invocation (e.g. the same rows again on two GPUs).
 # A run cut off by RUN_TIMEOUT keeps what it finished (results.jsonl is written after every row); the
@@ -26,11 +26,12 @@ NAME=${NAME:-run}
 extra=()
 [ -n "${ROWS:-}" ] && extra+=(--rows "$ROWS")
 [ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
+read -r -a flags <<< "${EXTRA:-}"  # more options of release_eval.py, for every run
 previous=()
 [ -n "${AGREE_WITH:-}" ] && previous=(--agree-with "$AGREE_WITH")
 for run in $(seq 1 "$RUNS"); do
   timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
-      --out "$OUT/$NAME$run" "${extra[@]}" "${previous[@]}" > "$OUT/$NAME$run.log" 2>&1 || true
+      --out "$OUT/$NAME$run" "${extra[@]}" "${flags[@]}" "${previous[@]}" > "$OUT/$NAME$run.log" 2>&1 || true
   pkill -9 -f cudal1.evaluator.worker || true  # workers of a run cut off by the timeout (own sessions)
   tail -n 1 "$OUT/$NAME$run.log"
   previous=(--agree-with "$OUT/$NAME$run/results.jsonl")

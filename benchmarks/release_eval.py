@@ -57,6 +57,8 @@ def main() -> None:
                     help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
     ap.add_argument("--clock", choices=("host", "events"), default=EvalConfig.clock, help="EvalConfig.clock")
     ap.add_argument("--trial-ms", type=float, default=EvalConfig.target_trial_ms, help="EvalConfig.target_trial_ms")
+    ap.add_argument("--builds-beside-timing", action=argparse.BooleanOptionalAction,
+                    default=EvalConfig.builds_beside_timing, help="EvalConfig.builds_beside_timing")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -73,7 +75,8 @@ def main() -> None:
                        for p in problems]
     config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
-                        clock=args.clock, target_trial_ms=args.trial_ms)
+                        clock=args.clock, target_trial_ms=args.trial_ms,
+                        builds_beside_timing=args.builds_beside_timing)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     done = [0]

@@ -168,6 +168,27 @@ def test_run_ahead_loads_the_candidates_in_view_as_one_batch() -> None:
     assert discarded == ["worker b.0", "worker b.1"] and ahead.started == {}
 
 
+def test_run_ahead_leaves_out_of_a_batch_the_later_workers_still_starting() -> None:
+    """The next candidate is loaded whether its worker has started or not (its turn comes next); a later
+    one only once its start is over, so timing never waits for a torch.compile start further ahead. It
+    goes with the next batch."""
+    a = _group("a", 4)
+    fa = _done("ref a")
+    starting = {"worker a.2"}
+    with ThreadPoolExecutor(max_workers=4) as loader:
+        ahead = RunAhead(lambda p, c: f"worker {c.candidate_id}", lambda w, f: {"ok": True, "worker": w},
+                         lambda f: None, lambda c: True, loader, discard=lambda w: None,
+                         ready=lambda w: w not in starting and w != "worker a.1")
+        waits = ahead.prepare([(a[0], c, fa) for c in a[1][1:4]], a[0])
+        assert sorted(w.result()["worker"] for w in waits) == ["worker a.1", "worker a.3"]  # a.1: next
+        assert ahead.started[id(a[1][2])].loaded is None
+        ahead.take(a[1][1])
+        starting.clear()  # a.2 is the next now, in a new batch
+        waits = ahead.prepare([(a[0], c, fa) for c in a[1][2:4]], a[0])
+        assert sorted(w.result()["worker"] for w in waits) == ["worker a.2", "worker a.3"]
+        ahead.clear()
+
+
 def test_run_ahead_waits_for_a_build_before_starting_and_lets_go_of_the_rest() -> None:
     a, b = _group("a", 3), _group("b", 1)
     fa, fb = _done("ref a"), _done("ref b")
@@ -363,3 +384,54 @@ def test_a_worker_that_never_starts_is_the_harness_failure_not_the_program() -> 
         load_candidate(NeverReady(), 0, EvalConfig(device="cpu"))  # type: ignore[arg-type]
     assert failure.value.kind == "timeout" and "start exceeded" in failure.value.message
     assert harness_failed(failure.value.kind, failure.value.message)
+
+
+def test_a_worker_says_without_waiting_whether_its_start_is_over(tmp_path: Path) -> None:
+    """WorkerProcess.is_ready never blocks: False while the worker starts, True once its ready line came
+    (which wait_ready then consumes), and the next reply read is the next command's."""
+    from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "ready") as worker:
+        t0 = time.perf_counter()
+        first = worker.is_ready()
+        assert time.perf_counter() - t0 < 0.5
+        deadline = time.monotonic() + 120
+        while not worker.is_ready():
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.05)
+        assert worker.is_ready() and isinstance(first, bool)
+        worker.wait_ready(5)
+        reply = worker.call({"cmd": "probe", "out_path": str(worker.workdir / "probe.pt")}, 60)
+        assert "ok" in reply and reply["nonce"]  # its answer to this command (call checks the nonce)
+
+
+def test_a_gpu_workers_start_runs_away_from_every_timed_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU worker starts (CUDA context, torch.compile's start) on cores that no device's timed workers
+    use, then moves to its own timed core: starts run while other candidates are timed."""
+    import os
+
+    from cudal1.evaluator import cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(os, "nice", lambda increment: 0)  # a timed worker, not a build worker at nice 19
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    timed = {cores.timed_core(f"cuda:{i}") for i in range(8)}
+    start = cores.spare_cores()
+    assert timed == set(range(8, 16)) and start == set(range(8)) and not timed & start
+    assert cores.timed_core("cpu", core=3) == 3  # a CPU device: the core the parent names
+
+
+def test_builds_pause_for_timing_unless_the_config_lets_them_go_on() -> None:
+    """By default a build worker is stopped while a device times (QUIET); with builds_beside_timing it is
+    never added, and on a GPU's host its cores are the spare ones (none named on a CPU device)."""
+    from cudal1.evaluator import builds
+    from cudal1.evaluator.config import EvalConfig
+
+    worker = object()
+    with builds._quieted(worker, EvalConfig(device="cpu")):  # type: ignore[arg-type]
+        assert worker in QUIET.workers
+    assert worker not in QUIET.workers
+    with builds._quieted(worker, EvalConfig(device="cpu", builds_beside_timing=True)):  # type: ignore[arg-type]
+        assert worker not in QUIET.workers
+    assert builds._build_cores(EvalConfig(device="cpu")) == ()
+    assert EvalConfig(builds_beside_timing=True).hash == EvalConfig().hash  # when, not what, is measured

@@ -236,7 +236,8 @@ class _DeviceLoop:
             queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), self.ahead)
             self.release_ahead = queue.release
             ahead: RunAhead[WorkerProcess] = RunAhead(self._start_ahead, self._load_ahead, _load_reference,
-                                                      self._startable, loader, self._discard)
+                                                      self._startable, loader, discard_worker,
+                                                      ready=WorkerProcess.is_ready)
             started = time.perf_counter()
             current = queue.next()
             while current is not None:
@@ -267,8 +268,6 @@ class _DeviceLoop:
                     self.builds[c.sha256].result()
                 t1 = time.perf_counter()
                 mine = ahead.take(c)
-                if mine is not None:
-                    QUIET.discard(mine.worker)  # its own turn: never stopped for its own timing
                 worker = mine.worker if mine is not None else self._start_worker(problem, c)
                 loaded = mine.loaded if mine is not None else None
                 waits = ahead.prepare(queue.coming(group, i), problem)
@@ -304,19 +303,13 @@ class _DeviceLoop:
 
     def _start_ahead(self, problem: Problem, c: Candidate) -> WorkerProcess:
         """A coming candidate's worker; a torch.compile program's makes torch.compile's start (seconds) before
-        its load, which timing waits for, and until then is stopped while a device times, as builds are."""
-        if not (compile_at_start(self.cfg) and mentions_compile(c.source)):
-            return self._start_worker(problem, c)
-        worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=True)
-        QUIET.add(worker)
-        return worker
-
-    def _discard(self, worker: WorkerProcess) -> None:
-        QUIET.discard(worker)
-        discard_worker(worker)
+        its load. Like every GPU worker's start, it runs on cores no device times on (worker_main): it
+        used to run on its device's timed core, stopped while any device timed, and on two H200s such
+        starts were still running when their loads were due."""
+        warm = compile_at_start(self.cfg) and mentions_compile(c.source)
+        return prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
 
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
-        QUIET.discard(worker)  # its load: timing waits for it, so it must not be stopped for timing
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}

@@ -17,6 +17,7 @@ from pathlib import Path
 from cudal1.candidates import Candidate
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
+from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, processes
 from cudal1.problems import Problem
 
@@ -91,12 +92,21 @@ def _warm_slot(device: str) -> threading.Semaphore:
 
 
 @contextmanager
-def _quieted(worker: WorkerProcess) -> Iterator[None]:
+def _quieted(worker: WorkerProcess, config: EvalConfig) -> Iterator[None]:
+    """A build worker, stopped while a device times (unless the config lets builds go on beside it)."""
+    if config.builds_beside_timing:
+        yield
+        return
     QUIET.add(worker)
     try:
         yield
     finally:
         QUIET.discard(worker)
+
+
+def _build_cores(config: EvalConfig) -> tuple[int, ...]:
+    """A GPU's host: builds keep off the devices' timed cores (cores.spare_cores)."""
+    return tuple(sorted(spare_cores() or ())) if config.is_cuda else ()
 
 
 def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensions_root: Path) -> str:
@@ -117,22 +127,24 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     # CUDA-L1's programs compile only when torch.cuda.is_available() (measured: hiding them left 15-30 s
     # builds on the timed path). TORCH_CUDA_ARCH_LIST is fixed by evaluate_many so every worker compiles
     # the same thing.
-    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, nice=19, extensions_dir=ext_dir)
+    spec = WorkerSpec("cpu", config.cpu_threads, 0, flush_l2=False, nice=19, extensions_dir=ext_dir,
+                      cores=_build_cores(config))
     try:
         root.chmod(0o711)
         work = root / "w"
         work.mkdir(mode=0o700)
         (work / "candidate.py").write_text(candidate.source)
         (work / "reference.py").write_text(problem.source)
-        with WorkerProcess(spec, work, "build") as worker, _quieted(worker):
+        with WorkerProcess(spec, work, "build") as worker, _quieted(worker, config):
             reply = load_candidate(worker, 0, config, build_only=True)
         if not reply.get("ok"):
             return str(reply.get("error", "failed"))
         if (reply.get("builds") or {}).get("calls", 0) > 0 or not config.is_cuda:
             return ""
         warm_spec = WorkerSpec(config.device, config.cpu_threads, 0, flush_l2=False, nice=19,
-                               extensions_dir=ext_dir, fd_transport=False)
-        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, _quieted(worker):
+                               extensions_dir=ext_dir, fd_transport=False, cores=_build_cores(config))
+        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, \
+                _quieted(worker, config):
             reply = load_candidate(worker, 0, config)  # as the timed worker loads: its caches are filled
             if reply.get("ok"):
                 reply = worker.call({"cmd": "warm", "seed": new_seed()}, config.build_timeout_s + config.run_timeout_s)

@@ -60,10 +60,15 @@ class EvalConfig:
     # and library handles are paid beside another candidate's checks, not in its own first correctness
     # trial: on the H100 the programs' and compile baselines' correctness phases took 0.29-0.44 s (medians)
     # longer than the same rows' CUDA-graph baselines. A torch.compile program's worker makes torch.compile's
-    # own start (Inductor's imports, a stand-in compile) when it starts, stopped while a device times, not
+    # own start (Inductor's imports, a stand-in compile) when it starts, on cores no device times on, not
     # in its load: timing waits for loads, and the pools' waits were almost all such loads
     # (docs/evaluator.md, "Where an evaluation's time goes").
     warm_ahead: bool = True
+    # Builds (their own workers and compilers, at the lowest priority, on the cores no device times on)
+    # go on while a device times, instead of pausing (builds.Quiet). Off: 13 builds beside the timing once
+    # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
+    # holds builds back whenever either device times, and the devices then wait for builds.
+    builds_beside_timing: bool = False
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -145,7 +150,7 @@ class EvalConfig:
         # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
         # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead"}
+                "warm_ahead", "builds_beside_timing"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property

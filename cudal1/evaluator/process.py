@@ -86,6 +86,7 @@ class WorkerSpec:
     nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
     core: int | None = None  # CPU device: the core a problem's timed workers share (workers.cpu_core_for)
     warm_compile: bool = False  # torch.compile's own start (Inductor's imports, a stand-in compile) at start
+    cores: tuple[int, ...] = ()  # a build worker's cores on a GPU's host: those no device times on
 
 
 @functools.cache
@@ -195,6 +196,8 @@ class WorkerProcess:
             options += ["--core", str(spec.core)]
         if spec.warm_compile:
             options.append("--warm-compile")
+        if spec.cores:
+            options += ["--cores", ",".join(map(str, spec.cores))]
         pass_fds = [cmd_r, rep_w]
         fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}"]  # a forked worker's descriptors, numbered there
         if child_sock is not None:
@@ -230,6 +233,19 @@ class WorkerProcess:
         if not self._ready:
             self._read_reply(timeout_s, "start")
             self._ready = True
+
+    def is_ready(self) -> bool:
+        """Whether the worker's start is over, without waiting: its "ready" line (or a death, which the
+        next command reports) has arrived."""
+        if self._ready or b"\n" in self._buffer:
+            return True
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._rep_r, selectors.EVENT_READ)
+            if not sel.select(timeout=0):
+                return False
+        chunk = os.read(self._rep_r, 1 << 16)
+        self._buffer += chunk
+        return not chunk or b"\n" in self._buffer
 
     def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.wait_ready()

@@ -152,8 +152,8 @@ class Ahead(Generic[W]):
 class RunAhead(Generic[W]):
     """The workers of the coming candidates (:meth:`DeviceQueue.coming`): started as they come into view
     (interpreter, torch, CUDA context), and loaded a batch at a time: when the next candidate has not been
-    sent its load, every started candidate in view is, at once, with the references of the other problems
-    among them. Timing waits for the loads, so a batch costs the device its longest load, not the sum:
+    sent its load, it is, at once with every other candidate in view whose worker has started
+    (``ready``), and with the references of the other problems among them. Timing waits for the loads, so a batch costs the device its longest load, not the sum:
     loaded one at a time, the reproduction's two torch.compile baselines of a row kept the device waiting
     4.5-7.3 s each (docs/gpu-runs.md#2026-11-25-pool-start). ``start`` (synchronous), ``load`` and
     ``load_reference`` (run on ``loader``, which needs a thread per load of a batch) and ``discard`` are
@@ -162,9 +162,10 @@ class RunAhead(Generic[W]):
 
     def __init__(self, start: Callable[[Problem, Candidate], W], load: Callable[[W, Future], dict],
                  load_reference: Callable[[Future], Any], startable: Callable[[Candidate], bool],
-                 loader: Executor, discard: Callable[[Any], None] = discard_worker) -> None:
+                 loader: Executor, discard: Callable[[Any], None] = discard_worker,
+                 ready: Callable[[W], bool] = lambda worker: True) -> None:
         self.start, self.load, self.load_reference = start, load, load_reference
-        self.startable, self.loader, self.discard = startable, loader, discard
+        self.startable, self.loader, self.discard, self.ready = startable, loader, discard, ready
         self.started: dict[int, Ahead[W]] = {}  # by id() of the candidate
         self.references: dict[int, Future] = {}  # loads of coming problems' references, by id() of their future
 
@@ -196,9 +197,12 @@ class RunAhead(Generic[W]):
         self.references = {k: v for k, v in self.references.items() if k in coming}
         first = self.started.get(id(upcoming[0][1])) if upcoming else None
         if upcoming and (first is None or first.loaded is None):
-            for p, u, f in upcoming:
+            for k, (p, u, f) in enumerate(upcoming):
                 ahead = self.started.get(id(u))
-                if ahead is not None and ahead.loaded is None:
+                # Beyond the next candidate, only workers whose start is over: timing waits for the batch,
+                # and a torch.compile program's start (5-11 s) kept it waiting while the candidate in
+                # hand was ready (39% of two H200s' time, docs/gpu-runs.md#2026-11-26-pool-h200-done)
+                if ahead is not None and ahead.loaded is None and (k == 0 or self.ready(ahead.worker)):
                     ahead.loaded = _labelled(self.loader.submit(self.load, ahead.worker, f),
                                              f"load of {u.problem_id} candidate {u.candidate_id}")
                 if p is not problem and id(f) not in self.references:

@@ -17,6 +17,7 @@ import traceback
 
 import torch
 
+from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core
 from cudal1.evaluator.worker import Worker
 
 
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-flush-l2", action="store_true")
     parser.add_argument("--fd-sock", type=int, default=-1)
     parser.add_argument("--warm-compile", action="store_true")
+    parser.add_argument("--cores", default="", help="comma-separated cores (a build worker's)")
     args = parser.parse_args(argv)
 
     commands = os.fdopen(args.cmd_fd, "r", encoding="utf-8")
@@ -50,7 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stdout -> the log: printed text can never be read as a reply
     _limit_resources(args.memory_limit_mb, args.device.startswith("cuda"))
-    _pin_cpu(args.device, args.core)
+    core = timed_core(args.device, args.core)
+    if args.cores:  # a build worker on a GPU's host: it and its compilers keep to the spare cores
+        set_affinity({int(c) for c in args.cores.split(",")})
+    # A GPU worker's start (CUDA context, torch.compile's start) runs on the cores no device times on: a
+    # batch starts workers while another candidate is timed, and on its timed core they would share it
+    set_affinity(spare_cores() if core is not None and args.device.startswith("cuda") else core)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
     worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
@@ -59,11 +66,11 @@ def main(argv: list[str] | None = None) -> None:
         # workers then hide this cost behind another candidate's timing
     if args.warm_compile:
         # A torch.compile program's worker started ahead: Inductor's start comes before its load, not in it
-        # (the batch stops such a worker while a device times, as it stops builds: batch._DeviceLoop)
         try:
             worker.warm_compile()
         except Exception:  # noqa: BLE001 - the load makes it again and reports what fails there
             pass
+    set_affinity(core)  # then onto its timed core, before any program code runs
     handlers = {
         "load": worker.load,
         "reference": worker.reference_outputs,
@@ -98,34 +105,6 @@ def main(argv: list[str] | None = None) -> None:
         replies.write(send_json(reply) + "\n")
     replies.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
-
-
-def _pin_cpu(device: str, core: int | None = None) -> None:
-    """A GPU's timed workers (its reference and its candidates) run on one core of their own: the launch
-    of a small kernel is host work, and a process that migrates between cores, or lands beside a busy
-    one, times the same program differently from one trial to the next. Both programs of a pair share
-    that core (they are never timed at once), so neither is favoured. On a CPU device the parent names
-    the core (one per problem): a load that sits on one core for seconds then slows both programs of the
-    pair alike instead of one of them."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    if not device.startswith("cuda"):
-        if core is not None and core in os.sched_getaffinity(0):
-            try:
-                os.sched_setaffinity(0, {core})
-            except OSError:
-                pass
-        return
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or os.nice(0) > 0:
-        return  # a build worker (no GPU, or low priority): it and its compilers use every other core
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 4:
-        return  # too few cores to give one away
-    index = int(device.split(":")[1]) if ":" in device else 0
-    try:
-        os.sched_setaffinity(0, {allowed[-1 - index % (len(allowed) // 2)]})
-    except OSError:
-        pass
 
 
 def _is_build_error(exc: BaseException) -> bool:

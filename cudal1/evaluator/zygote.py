@@ -155,7 +155,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the worker's own directory: re-read it
         if request.get("nice"):
-            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (_pin_cpu)
+            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (cores.timed_core)
         uid = request.get("uid")
         if uid is not None:
             os.setgroups([])
