@@ -116,6 +116,18 @@ def test_tolerance_used_is_the_worst_elements_share_of_its_allowance() -> None:
     assert compare_outputs([ref], [ref.clone()], EvalConfig(tolerance=1e-4)).tolerance_used == 0.0
 
 
+def test_tolerance_used_counts_the_relative_l2_limit_too() -> None:
+    """L2-27's program passed the elementwise check with room (0.11-0.14 of it) and the scale-aware
+    relative L2 check at 0.92-0.96 of its limit, then failed it at 1.12-1.21: the share is the larger."""
+    ref = torch.randn(10000, dtype=torch.float64)
+    cfg = EvalConfig(tolerance=1e-1, rel_l2_tolerance=1e-2)
+    out = ref + 0.009 * ref.norm() / 100 * torch.sign(torch.randn(10000, dtype=torch.float64))  # rel L2 0.009
+    near = compare_outputs([ref], [out], cfg)
+    assert near.ok and near.tolerance_used == pytest.approx(0.9, rel=1e-6), near
+    worse = compare_outputs([ref], [ref + (out - ref) * 1.2], cfg)
+    assert not worse.ok and "relative L2" in worse.reason and worse.tolerance_used == pytest.approx(1.08, rel=1e-6)
+
+
 def test_inputs_unchanged_and_outputs_equal() -> None:
     x = torch.randn(3)
     assert inputs_unchanged([x, 2], [x.clone(), 2]) == ""
