@@ -11,6 +11,12 @@ anywhere with the standard library and this package (the CPU machine, after the 
         --command "the command that made the runs" \
         --json docs/benchmarks/release-h100.json --table docs/benchmarks/release-h100-rows.csv
 
+A two-GPU measurement made apart from the cold and warm runs (one GPU against both of a two-GPU
+machine, the same rows) goes into an existing JSON with ``--update``, the rest of it kept:
+
+    python benchmarks/release_bench.py --update --one-gpu RUN/one --two-gpu RUN/two \
+        --command "the command that made these two runs" --json docs/benchmarks/release-h100.json
+
 The per-row table has every row of the release (250): rows whose release carries no program have status
 ``no_program``; it holds our measurements only (the release's reported scores stay in ../shared).
 """
@@ -149,13 +155,32 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
         if figures[key] is None and earlier.get(key) is not None:
             figures[key] = earlier[key]
             figures["details"].setdefault("kept_from", {})[key] = kept.get(key) or earlier.get("date")
+    two_gpu = (earlier.get("details") or {}).get("two_gpu")
+    if figures.get("two_gpu_speedup") is None and two_gpu:  # with its own date and command (update_two_gpu)
+        figures["two_gpu_speedup"] = earlier["two_gpu_speedup"]
+        figures["details"]["two_gpu"] = two_gpu
+
+
+def update_two_gpu(figures: dict[str, Any], one: Path, two: Path, command: str, date: str) -> dict[str, Any]:
+    """``figures`` with two_gpu_speedup from a one-GPU and a two-GPU run of the same rows on one machine,
+    and where it came from in ``details.two_gpu`` (its own GPU, date, command and rows)."""
+    one_run, two_run = run_summary(one), run_summary(two)
+    ones, twos = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")
+    if sorted(e.problem_id for e in ones) != sorted(e.problem_id for e in twos):
+        raise SystemExit(f"{one} and {two} measured different rows: their rates do not compare")
+    figures["two_gpu_speedup"] = round(rate(two) / rate(one), 3)
+    figures.setdefault("details", {})["two_gpu"] = {
+        "gpu": next((e.device_name for e in twos if e.device_name), ""), "date": date, "command": command,
+        "programs": len(twos), "one_gpu_wall_s": one_run["wall_s"], "two_gpu_wall_s": two_run["wall_s"]}
+    return figures
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--release", required=True, type=Path)
-    ap.add_argument("--cold", required=True, type=Path, help="release_eval.py output of the empty-cache run")
-    ap.add_argument("--warm", required=True, type=Path, help="the same rows again, warm build cache")
+    ap.add_argument("--release", type=Path, help="the release file (not needed with --update)")
+    ap.add_argument("--cold", type=Path, help="release_eval.py output of the empty-cache run")
+    ap.add_argument("--warm", type=Path, help="the same rows again, warm build cache")
+    ap.add_argument("--update", action="store_true", help="only two_gpu_speedup, into the existing --json")
     ap.add_argument("--one-gpu", type=Path, help="a run on one GPU of the two-GPU machine")
     ap.add_argument("--two-gpu", type=Path, help="the same rows on both GPUs of that machine")
     ap.add_argument("--overhead", type=Path, help="benchmarks/timing_overhead.py --json output")
@@ -166,8 +191,17 @@ def main() -> None:
     ap.add_argument("--keep-from", type=Path, help="an earlier JSON of this script: its evaluate_one_wall_s "
                     "and rl_eval_share are kept (with their date) where this run did not measure them")
     ap.add_argument("--json", required=True, type=Path)
-    ap.add_argument("--table", required=True, type=Path)
+    ap.add_argument("--table", type=Path)
     args = ap.parse_args()
+    if args.update:
+        if not (args.one_gpu and args.two_gpu and args.json.exists()):
+            ap.error("--update needs --one-gpu, --two-gpu and an existing --json")
+        figures = update_two_gpu(json.loads(args.json.read_text()), args.one_gpu, args.two_gpu, args.command, args.date)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(json.dumps(figures["details"]["two_gpu"]))
+        return
+    if not (args.release and args.cold and args.warm and args.table):
+        ap.error("--release, --cold, --warm and --table are needed (or --update)")
 
     cold, warm = programs_only(load_evaluations(args.cold / "results.jsonl")), \
         programs_only(load_evaluations(args.warm / "results.jsonl"))
