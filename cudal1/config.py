@@ -171,6 +171,9 @@ class CrossGpuParams:
     baselines: tuple[str, ...] = ()
     # Inputs, per-pool params files and results: a folder every worker host reads and writes (NFS...).
     storage: str = "data/cross_gpu"
+    # Pools' measurements kept in the repository (<kept>/<key>/<pool>/measurements.jsonl): a pool folder
+    # without measurements starts from them, so --gather on a fresh clone makes the committed report.
+    kept: str | None = None
     protocol: EvalConfig = field(default_factory=EvalConfig)
     wait_timeout_s: float = 600.0  # how long a flow run may wait for a worker to pick it up
     run_timeout_s: float | None = None  # how long a picked-up run may take (None: no limit)

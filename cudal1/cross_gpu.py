@@ -104,8 +104,8 @@ def completed_evaluations(pool_dir: Path) -> list[Evaluation] | None:
 def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, candidates: Sequence[Candidate],
                 status: str = "", message: str = "") -> PoolResult:
     """One pool's result from the storage. With no ``status`` (gathering without a flow run) it is
-    ``completed`` when the pool's table is there, ``partial`` when only finished evaluations are, else
-    ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
+    ``completed`` when the pool's table is there or every candidate has a finished evaluation, ``partial``
+    when only some do, else ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
     undecided = status in ("", "completed")  # a run that failed or timed out keeps its status
     complete = completed_evaluations(pool_dir) if undecided else None
     elsewhere = [e for e in complete or () if not on_kind(gpu_kind, e)]
@@ -117,6 +117,8 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
         message = (f"{len(elsewhere)} evaluations were measured on {', '.join(names)}, not a {gpu_kind}: left out; "
                    f"run `python -m cudal1.cross_gpu_pool {os.path.relpath(pool_dir)}` on a {gpu_kind} machine "
                    f"to measure them there")
+    elif undecided and evaluations and len(evaluations) == len(candidates):
+        status = "completed"  # every candidate measured, the pool's table not written (e.g. kept measurements)
     elif undecided:
         status = "partial" if evaluations else "not_run"
         message = message or (f"{len(evaluations)} of {len(candidates)} candidates measured; run "

@@ -115,7 +115,7 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
         folder = Path(params.storage) / key
         logger.info(f"{len(candidates)} candidates for {len(problems)} problems; storage {folder}")
         pools = list(params.pools)
-        paths = (stage_inputs_task(problems, candidates, params.protocol, pools, str(folder))
+        paths = (stage_inputs_task(problems, candidates, params.protocol, pools, str(folder), params.kept)
                  if mode in ("stage", "gather") or pool or not local else {})
         if mode == "stage":
             for p in pools:

@@ -27,8 +27,11 @@ _RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": io_
 
 @task(cache_policy=NO_CACHE)
 def stage_inputs_task(problems: list[Problem], candidates: list[Candidate], config: EvalConfig,
-                      pools: list[PoolParams], folder: str) -> dict[str, str]:
-    """Write the inputs once and one params file per pool; returns pool name -> its params file."""
+                      pools: list[PoolParams], folder: str, kept: str | None = None) -> dict[str, str]:
+    """Write the inputs once and one params file per pool; returns pool name -> its params file. A pool
+    folder without measurements starts from those kept under ``kept`` (CrossGpuParams.kept)."""
+    import shutil
+
     import yaml
 
     root = Path(folder)
@@ -40,6 +43,10 @@ def stage_inputs_task(problems: list[Problem], candidates: list[Candidate], conf
     stage(root, problems, candidates, config, [(p.name, p.gpu_kind, p.devices) for p in pools])
     paths = {}
     for pool in pools:
+        mine, saved = root / pool.name / "measurements.jsonl", Path(kept or "") / root.name / pool.name / "measurements.jsonl"
+        if kept and saved.is_file() and not mine.exists():
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(saved, mine)
         path = root / pool.name / "params.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         document = {"evaluate": pool_evaluate_section(pool.devices, config)}

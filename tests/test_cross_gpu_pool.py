@@ -152,3 +152,20 @@ def test_a_pool_refuses_a_gpu_of_another_kind_and_sets_aside_what_one_measured(t
     assert [e.device_name for e in load_evaluations(pool / MEASUREMENTS)] == ["NVIDIA H200"]
     assert [e.candidate_id for e in load_evaluations(pool / ELSEWHERE)] == [candidates[1].candidate_id]
     assert set_aside(pool / MEASUREMENTS, "H200") == 0
+
+
+def test_a_pool_whose_every_candidate_is_measured_is_complete_without_its_table(tmp_path: Path) -> None:
+    """The repository keeps a pool's measurements, not the table its runner writes at the end: a pool
+    folder seeded from them (CrossGpuParams.kept) gathers as completed when every candidate has one, and
+    as partial when some lack one."""
+    problems = load_starter_suite()[:1]
+    candidates = template_candidates(problems[0], ["inference_mode", "no_grad"])
+    measured = [Evaluation(problems[0].problem_id, c.candidate_id, Status.OK, speedup=1.1, device="cuda:0",
+                           device_name="NVIDIA H200", config_hash=CONFIG.hash, candidate_sha256=c.sha256)
+                for c in candidates]
+    pool = tmp_path / "gpu-h200"
+    save_evaluations(measured[:1], pool / MEASUREMENTS)
+    assert gather_pool(pool, "gpu-h200", "H200", CONFIG, candidates).status == "partial"
+    save_evaluations(measured, pool / MEASUREMENTS)
+    gathered = gather_pool(pool, "gpu-h200", "H200", CONFIG, candidates)
+    assert gathered.status == "completed" and len(gathered.evaluations) == 2 and not (pool / COMPLETED).exists()

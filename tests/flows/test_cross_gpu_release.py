@@ -82,3 +82,18 @@ def test_release_through_stage_pool_runner_local_pool_and_gather(tmp_path: Path,
     assert "regenerate it with `python -m flows.cross_gpu --params params.yaml --gather`" in markdown
     assert "**vs CUDA graphs**" in markdown and "| reported (release) | reported | 2.00 |" in markdown
     assert "## Rows whose H100 and H200 speedups differ by more than 25%" in markdown
+
+    # A fresh clone has the pools' measurements kept in the repository and no storage: --gather starts
+    # each pool from them (cross_gpu.kept) and makes the same table.
+    import shutil
+
+    kept = repo / "kept"
+    for pool in ("gpu-h100", "gpu-h200"):
+        (kept / folder.name / pool).mkdir(parents=True)
+        shutil.copyfile(folder / pool / "measurements.jsonl", kept / folder.name / pool / "measurements.jsonl")
+    before = json.loads((out / "cross_gpu.json").read_text())["gpus"]
+    shutil.rmtree(repo / "data/cross_gpu")
+    edit_params(repo, {"cross_gpu": {"kept": "kept"}})
+    again = run([*flow, "--gather"], repo, run_env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert json.loads((out / "cross_gpu.json").read_text())["gpus"] == before
