@@ -435,3 +435,22 @@ def test_builds_pause_for_timing_unless_the_config_lets_them_go_on() -> None:
         assert worker not in QUIET.workers
     assert builds._build_cores(EvalConfig(device="cpu")) == ()
     assert EvalConfig(builds_beside_timing=True).hash == EvalConfig().hash  # when, not what, is measured
+
+
+def test_a_device_waiting_for_a_groups_builds_lets_them_go_on_a_gpu_host() -> None:
+    """Groups.take, blocked on the first group's build, lets that build go on while another device times
+    (QUIET.letting_go), and holds it again once the group is taken; not on a CPU device."""
+    slow = _group("needs-build")
+    sha = slow[1][0].sha256
+    for let_go in (True, False):
+        build: Future[str] = Future()
+        groups = Groups([slow], {sha: build}, let_go=let_go)
+        seen: list[bool] = []
+
+        def finish(build: Future[str] = build, seen: list[bool] = seen) -> None:
+            seen.append(QUIET.free[sha] > 0)
+            build.set_result("")
+
+        threading.Timer(0.3, finish).start()
+        assert groups.take()[0].problem_id == "needs-build"  # type: ignore[index]
+        assert seen == [let_go] and QUIET.free[sha] == 0

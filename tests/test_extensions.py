@@ -209,6 +209,42 @@ def test_a_worker_taken_out_while_a_device_times_runs_again() -> None:
         proc.wait()
 
 
+def test_a_build_a_waiting_device_needs_goes_on_while_another_device_times() -> None:
+    """On a GPU's host a device that waits for a group lets that group's builds go on while the other
+    device times (Quiet.letting_go); other builds stay stopped, and the let-go build is stopped again
+    once no device waits for it."""
+    import subprocess
+    import sys
+    import time
+
+    from cudal1.evaluator.builds import Quiet
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+             for _ in range(2)]
+    try:
+        quiet = Quiet()
+        needed, other = (_Stoppable(p.pid) for p in procs)
+        quiet.add(needed, "sha-needed")  # type: ignore[arg-type]
+        quiet.add(other, "sha-other")  # type: ignore[arg-type]
+        with quiet():  # a device times
+            time.sleep(0.2)
+            assert [_state(p.pid) for p in procs] == ["T", "T"]
+            with quiet.letting_go({"sha-needed"}), quiet.letting_go({"sha-needed"}):  # two devices wait for it
+                time.sleep(0.2)
+                assert _state(procs[0].pid) != "T" and _state(procs[1].pid) == "T"
+                with quiet():  # the other device times again meanwhile: the needed build goes on
+                    time.sleep(0.2)
+                    assert _state(procs[0].pid) != "T"
+            time.sleep(0.2)
+            assert [_state(p.pid) for p in procs] == ["T", "T"]
+        time.sleep(0.2)
+        assert all(_state(p.pid) != "T" for p in procs) and not quiet.free
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def _three_problems() -> tuple[list[Problem], list[Candidate]]:
     stems = ("scale_shift", "relu", "min_clamp")
     problems = [fixture_problem(s) for s in stems]

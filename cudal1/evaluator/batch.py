@@ -192,7 +192,7 @@ def evaluate_many(
         ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
-        groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds)
+        groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds, let_go=config.is_cuda)
         errors: list[BaseException] = []
 
         def run_device(device: str) -> None:

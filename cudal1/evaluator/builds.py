@@ -10,6 +10,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,12 +35,19 @@ class Quiet:
         self.lock = threading.Lock()
         self.workers: set[WorkerProcess] = set()
         self.depth = 0
+        self.keys: dict[WorkerProcess, str] = {}  # a build worker's candidate (source hash)
+        self.free: Counter[str] = Counter()  # builds let go by devices waiting for them (letting_go)
 
-    def add(self, worker: WorkerProcess) -> None:
+    def _held(self, workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
+        return [w for w in workers if self.free[self.keys.get(w, "")] <= 0]
+
+    def add(self, worker: WorkerProcess, key: str = "") -> None:
         with self.lock:
             self.workers.add(worker)
+            if key:
+                self.keys[worker] = key
             if self.depth:
-                self._signal(signal.SIGSTOP, [worker])
+                self._signal(signal.SIGSTOP, self._held([worker]))
 
     def discard(self, worker: WorkerProcess) -> None:
         """No longer stopped for timing, and running now: a worker taken out while another device times
@@ -47,8 +55,31 @@ class Quiet:
         with self.lock:
             if worker in self.workers:
                 self.workers.discard(worker)
+                self.keys.pop(worker, None)
                 if self.depth:
                     self._signal(signal.SIGCONT, [worker])
+
+    @contextmanager
+    def letting_go(self, keys: set[str]) -> Iterator[None]:
+        """The builds of these candidates go on while a device times: a device is idle waiting for them.
+        On two H200s a device waited 49-96 s a run for builds paused by the other device's timing
+        (docs/gpu-runs.md#2026-11-26-two-gpu-sample); letting every build go on instead widened the
+        spread between runs, so only those a waiting device needs go (on the spare cores, at nice 19)."""
+        keys = {k for k in keys if k}
+        with self.lock:
+            self.free.update(keys)
+            if self.depth:
+                self._signal(signal.SIGCONT, [w for w in self.workers if self.keys.get(w) in keys])
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.free.subtract(keys)
+                held = {k for k in keys if self.free[k] <= 0}
+                for k in held:
+                    del self.free[k]
+                if self.depth:
+                    self._signal(signal.SIGSTOP, [w for w in self.workers if self.keys.get(w) in held])
 
     def _signal(self, sig: int, workers: Iterable[WorkerProcess]) -> None:
         leaders = {w.pid for w in workers}
@@ -65,7 +96,7 @@ class Quiet:
         with self.lock:
             self.depth += 1
             if self.depth == 1:
-                self._signal(signal.SIGSTOP, self.workers)
+                self._signal(signal.SIGSTOP, self._held(self.workers))
         try:
             yield
         finally:
@@ -92,12 +123,13 @@ def _warm_slot(device: str) -> threading.Semaphore:
 
 
 @contextmanager
-def _quieted(worker: WorkerProcess, config: EvalConfig) -> Iterator[None]:
-    """A build worker, stopped while a device times (unless the config lets builds go on beside it)."""
+def _quieted(worker: WorkerProcess, config: EvalConfig, key: str = "") -> Iterator[None]:
+    """A build worker, stopped while a device times (unless the config lets builds go on beside it, or a
+    waiting device lets its ``key`` go, Quiet.letting_go)."""
     if config.builds_beside_timing:
         yield
         return
-    QUIET.add(worker)
+    QUIET.add(worker, key)
     try:
         yield
     finally:
@@ -135,7 +167,9 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         work.mkdir(mode=0o700)
         (work / "candidate.py").write_text(candidate.source)
         (work / "reference.py").write_text(problem.source)
-        with WorkerProcess(spec, work, "build") as worker, _quieted(worker, config):
+        # Step 1 may be let go while a device times, when a device waits for it; step 2 runs on a GPU,
+        # which the other device may be timing on: it stays stopped then.
+        with WorkerProcess(spec, work, "build") as worker, _quieted(worker, config, candidate.sha256):
             reply = load_candidate(worker, 0, config, build_only=True)
         if not reply.get("ok"):
             return str(reply.get("error", "failed"))

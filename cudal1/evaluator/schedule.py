@@ -41,8 +41,12 @@ class Groups:
     # otherwise shows as nothing at all.
     report_every_s = 60.0
 
-    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]]) -> None:
+    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]],
+                 let_go: bool = False) -> None:
         self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
+        # A GPU host: a device waiting for a group lets that group's builds go on beside the other
+        # devices' timing (Quiet.letting_go). Not on a CPU device, whose timing shares the builds' cores.
+        self.let_go = let_go
 
     def close(self) -> None:
         """Nothing more is handed out (a device loop died; the others finish their current group)."""
@@ -65,9 +69,12 @@ class Groups:
                 pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
                            if c.sha256 in self.builds and not self.builds[c.sha256].done()]
                 first = self.groups[0][0].problem_id
+                needed = {c.sha256 for c in self.groups[0][1] if c.sha256 in self.builds
+                          and not self.builds[c.sha256].done()} if self.let_go else set()
             if not block:
                 return None
-            wait(pending, timeout=min(1.0, self.report_every_s), return_when=FIRST_COMPLETED)
+            with QUIET.letting_go(needed):
+                wait(pending, timeout=min(1.0, self.report_every_s), return_when=FIRST_COMPLETED)
             if time.monotonic() - report >= self.report_every_s:
                 report = time.monotonic()
                 log.warning("no problem ready to time for %.0f s: %d builds pending (the next problem, %s, "
