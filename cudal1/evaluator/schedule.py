@@ -160,9 +160,10 @@ class RunAhead(Generic[W]):
     """The workers of the coming candidates (:meth:`DeviceQueue.coming`): started as they come into view
     (interpreter, torch, CUDA context), and loaded a batch at a time: when the next candidate has not been
     sent its load, it is, at once with every other candidate in view whose worker has started
-    (``ready``), and with the references of the other problems among them. Timing waits for the loads, so a batch costs the device its longest load, not the sum:
-    loaded one at a time, the reproduction's two torch.compile baselines of a row kept the device waiting
-    4.5-7.3 s each (docs/gpu-runs.md#2026-11-25-pool-start). ``start`` (synchronous), ``load`` and
+    (``ready``), and with the references of the other problems among them. Timing waits for the loads,
+    so a batch costs the device its longest load, not the sum: loaded one at a time, the reproduction's
+    two torch.compile baselines of a row kept the device waiting 4.5-7.3 s each
+    (docs/gpu-runs.md#2026-11-25-pool-start). ``start`` (synchronous), ``load`` and
     ``load_reference`` (run on ``loader``, which needs a thread per load of a batch) and ``discard`` are
     the evaluator's; ``startable`` says whether a candidate may start yet (its build done, its source not
     statically rejected)."""
