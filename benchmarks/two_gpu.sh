@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One GPU against two on one two-GPU host, on the same release rows, each run cold (build cache emptied),
+# in one call: the two-GPU run first, so any warm-up of the host favours the one-GPU run. From the
+# repository root on the GPU machine (torch + this package only):
+#
+#   [EVERY=4] [RELEASE=carry/h100.jsonl] [RUN_TIMEOUT=300] [EXTRA="--builds-beside-timing"] bash benchmarks/two_gpu.sh
+#
+# Writes $OUT/two1 and $OUT/one1 (release_eval.py's folders) and prints each run's phases, their
+# agreement and the ratio of their rates; then, here:
+#   python benchmarks/release_bench.py --update --one-gpu RUN/one1 --two-gpu RUN/two1 --command "..." \
+#       --json docs/benchmarks/release-h100.json
+set -uo pipefail
+OUT=${OUT:-/tmp/cudal1-two-gpu}
+RELEASE=${RELEASE:-carry/h100.jsonl}
+mkdir -p "$OUT"
+source benchmarks/gpu_setup.sh >/dev/null 2>&1
+ROWS=$(python3 -c "import sys
+from cudal1.problems import load_cudal1_release
+ids = [r.problem.problem_id for r in load_cudal1_release(sys.argv[1]) if r.candidate_source]
+print(','.join(ids[::int(sys.argv[2])]))" "$RELEASE" "${EVERY:-4}")
+for spec in two/cuda:0,cuda:1 one/cuda:0; do
+  IFS=/ read -r name devices <<< "$spec"
+  OUT=$OUT RELEASE=$RELEASE DEVICES=$devices ROWS=$ROWS RUNS=1 NAME=$name RUN_TIMEOUT=${RUN_TIMEOUT:-300} \
+    EXTRA="${EXTRA:-}" bash benchmarks/release_device.sh
+  python3 benchmarks/pool_phases.py "$OUT/${name}1/results.jsonl" | sed -n 1,2p
+done
+python3 benchmarks/pool_phases.py "$OUT/two1/results.jsonl" --paired "$OUT/one1/results.jsonl" | tail -n 1
+python3 - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from release_bench import run_summary  # a run cut off by RUN_TIMEOUT: its log's last progress line
+a, b = (run_summary(Path(sys.argv[1]) / f"{n}1") for n in ("two", "one"))
+print(json.dumps({"two_gpu_wall_s": a["wall_s"], "one_gpu_wall_s": b["wall_s"], "programs": [a["evaluations"], b["evaluations"]],
+                  "two_gpu_speedup": round(a["evaluations"] / a["wall_s"] / (b["evaluations"] / b["wall_s"]), 3)}))
+PY
