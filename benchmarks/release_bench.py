@@ -222,8 +222,7 @@ def main() -> None:
         "agreement_median": None if agree["median"] is None else round(agree["median"], 4),
         "agreement_p95": None if agree["p95"] is None else round(agree["p95"], 4),
         "verdict_flips": len(agree["flips"]),
-        "two_gpu_speedup": round(rate(args.two_gpu) / rate(args.one_gpu), 3)
-        if args.one_gpu and args.two_gpu else None,
+        "two_gpu_speedup": None,  # update_two_gpu, below, when both runs are given
         "harness_overhead_us_median": None, "evaluate_one_wall_s": None, "rl_eval_share": None,
         "details": {"agreement_rows": agree["rows"], "flipped_rows": agree["flips"],
                     "flipped_at_tolerance_edge": agree["edge_flips"],
@@ -242,6 +241,8 @@ def main() -> None:
     if args.rl:
         epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
         figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+    if args.one_gpu and args.two_gpu:
+        update_two_gpu(figures, args.one_gpu, args.two_gpu, args.command, args.date)
     if args.keep_from:
         keep_earlier(figures, json.loads(args.keep_from.read_text()))
     args.json.parent.mkdir(parents=True, exist_ok=True)

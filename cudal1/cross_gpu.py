@@ -105,7 +105,8 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
                 status: str = "", message: str = "") -> PoolResult:
     """One pool's result from the storage. With no ``status`` (gathering without a flow run) it is
     ``completed`` when the pool's table is there or every candidate has a finished evaluation, ``partial``
-    when only some do, else ``not_run``; a given status other than ``completed`` keeps the finished evaluations it can find."""
+    when only some do, else ``not_run``; a given status other than ``completed`` keeps the finished
+    evaluations it can find."""
     undecided = status in ("", "completed")  # a run that failed or timed out keeps its status
     complete = completed_evaluations(pool_dir) if undecided else None
     elsewhere = [e for e in complete or () if not on_kind(gpu_kind, e)]

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -94,9 +95,10 @@ def read_candidates(path: Path) -> list[Candidate]:
 
 
 def stage(folder: Path, problems: Sequence[Problem], candidates: Sequence[Candidate], config: EvalConfig,
-          pools: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+          pools: Sequence[tuple[str, str, Sequence[str]]], kept: Path | None = None) -> None:
     """The torch-only inputs: ``inputs/*.jsonl`` once (the folder is keyed by their content) and one
-    ``pool.json`` per (name, gpu_kind, devices)."""
+    ``pool.json`` per (name, gpu_kind, devices). A pool without measurements starts from those kept under
+    ``kept`` (``<kept>/<key>/<pool>/measurements.jsonl``, CrossGpuParams.kept)."""
     inputs = folder / "inputs"
     if not (inputs / "candidates.jsonl").is_file():
         write_jsonl(problems, inputs / "problems.jsonl")
@@ -107,6 +109,9 @@ def stage(folder: Path, problems: Sequence[Problem], candidates: Sequence[Candid
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"pool": name, "gpu_kind": gpu_kind, "devices": list(devices),
                                     "protocol": protocol}, indent=2) + "\n")
+        saved = kept / folder.name / name / MEASUREMENTS if kept is not None else None
+        if saved is not None and saved.is_file() and not (folder / name / MEASUREMENTS).exists():
+            shutil.copyfile(saved, folder / name / MEASUREMENTS)
 
 
 def protocol_section(config: EvalConfig) -> dict[str, Any]:

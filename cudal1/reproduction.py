@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal1.candidates import Candidate, Evaluation
-from cudal1.evaluator.config import STRICT_FLOAT32
+from cudal1.evaluator.config import EDGE, STRICT_FLOAT32
 from cudal1.problems import Problem, ReleasedKernel
 from cudal1.reports import summarize
 
@@ -276,7 +276,7 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
         passed, kind = (a, kind_a) if a["status"] == "ok" else (b, kind_b)
         share = _share_of_failed_check(passed, (b if passed is a else a)["reason"])
         edge = (f"; the pass on {kind} used {share:.2f} of the allowance the other failed: a verdict at the edge "
-                "of the tolerance, decided by the inputs drawn") if share is not None and share > 0.5 else ""
+                "of the tolerance, decided by the inputs drawn") if share is not None and share > EDGE else ""
         return f"verdict differs: {side(a, kind_a)}, {side(b, kind_b)}{edge}"
     built_a, built_b = "extension_build_failed" not in a["flags"], "extension_build_failed" not in b["flags"]
     if built_a != built_b:

@@ -30,8 +30,6 @@ def stage_inputs_task(problems: list[Problem], candidates: list[Candidate], conf
                       pools: list[PoolParams], folder: str, kept: str | None = None) -> dict[str, str]:
     """Write the inputs once and one params file per pool; returns pool name -> its params file. A pool
     folder without measurements starts from those kept under ``kept`` (CrossGpuParams.kept)."""
-    import shutil
-
     import yaml
 
     root = Path(folder)
@@ -40,13 +38,10 @@ def stage_inputs_task(problems: list[Problem], candidates: list[Candidate], conf
         problems_to_parquet(problems, inputs / "problems.parquet")
         _atomic(inputs / "candidates.parquet", lambda tmp: candidates_to_parquet(candidates, tmp))
     # The same inputs for hosts without Prefect or polars (python -m cudal1.cross_gpu_pool <pool folder>).
-    stage(root, problems, candidates, config, [(p.name, p.gpu_kind, p.devices) for p in pools])
+    stage(root, problems, candidates, config, [(p.name, p.gpu_kind, p.devices) for p in pools],
+          Path(kept) if kept else None)
     paths = {}
     for pool in pools:
-        mine, saved = root / pool.name / "measurements.jsonl", Path(kept or "") / root.name / pool.name / "measurements.jsonl"
-        if kept and saved.is_file() and not mine.exists():
-            mine.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(saved, mine)
         path = root / pool.name / "params.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         document = {"evaluate": pool_evaluate_section(pool.devices, config)}

@@ -110,6 +110,8 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     candidate on the same GPU at the same moment, and both figures were the worse for it; this device sat
     idle meanwhile."""
     measured, kept, device = [first], first, config.device
+    intervals, agreed = [interval_of(first)], False
+
     def measure() -> Evaluation:
         return evaluate_candidate(problem, candidate, config, extensions_root=ext_root, quiet=QUIET)
 
@@ -129,13 +131,14 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
                            speedup_low=None, speedup_high=None)
         measured.append(second)
         kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
-        if agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
+        intervals = [interval_of(e) for e in measured]
+        if agreed := agreeing_pair(intervals, config.recheck_limit):
             break
     speedups = [e.speedup for e in measured]
     recheck = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
-               "recheck_intervals": [list(interval_of(e)[1:]) for e in measured]}
-    if not agreeing_pair([interval_of(e) for e in measured], config.recheck_limit):
-        shown = ", ".join(f"{e.speedup:.2f}x [{interval_of(e)[1]:.2f}, {interval_of(e)[2]:.2f}]" for e in measured)
+               "recheck_intervals": [list(i[1:]) for i in intervals]}
+    if not agreed:
+        shown = ", ".join(f"{s:.2f}x [{low:.2f}, {high:.2f}]" for s, low, high in intervals)
         return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
                        extra=first.extra | recheck,
                        reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}; no two "

@@ -29,7 +29,7 @@ class Run:
     max_abs: float = 0.0
     max_rel: float = 0.0
     max_scaled: float = 0.0
-    tolerance_used: float = 0.0  # the largest share of its tolerance an element used (compare.Comparison)
+    tolerance_used: float = 0.0  # the largest share of its tolerance the output used (compare.Comparison)
     output_dtypes: list[str] = field(default_factory=list)
     lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
     warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)

@@ -23,15 +23,8 @@ class Comparison:
     max_scaled_error: float = 0.0
     # The share of its allowance the output used (<= 1 passes): the worst element's |out - ref| / (atol +
     # rtol * |ref|), or the relative L2 error over its scale-aware limit, whichever is larger. Near 1,
-    # another draw of inputs may fail the program: its verdict may not repeat (EDGE).
+    # another draw of inputs may fail the program: its verdict may not repeat (config.EDGE).
     tolerance_used: float = 0.0
-
-
-# A pass that used more than this share of its tolerance is flagged ``tolerance_edge``: L2-43's program
-# passed twice at 0.77 and failed once on 3 of 262,144 elements (docs/gpu-runs.md#2026-11-25-h200-two-gpus);
-# L2-27's passed at a relative L2 error of 0.92-0.96 of its limit and failed at 1.12-1.21
-# (docs/gpu-runs.md#2026-11-26-two-gpu-sample).
-EDGE = 0.5
 
 
 def _fail(reason: str, abs_err: float = math.inf, rel: float = math.inf, scaled: float = math.inf,

@@ -29,8 +29,8 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
-from cudal1.evaluator.compare import EDGE, compare_outputs, inputs_unchanged, outputs_equal
-from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
+from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
