@@ -314,19 +314,3 @@ def test_staged_fingerprints_match_one_call_at_a_time() -> None:
     w = p * along[100 % 4099:100 % 4099 + 6].view(1, 6)  # P times A shifted by the call's seed
     assert a[0][0][3] == pytest.approx(float((x * w).double().sum()), abs=1e-5 * a[0][0][2])
     assert a[0][1] == [1.0, 3.0, 3.0, 3.0, 9.0] and a[7][0][0] == 6.0  # complex: real and imaginary parts
-
-
-def test_staging_copy_falls_back_to_copy_off_the_gpu() -> None:
-    """devcopy.stage copies by the driver only for a dense CUDA output of the row's dtype; anything else
-    (here CPU tensors, a dtype conversion, a transposed view) is Tensor.copy_, values and conversion
-    included. The driver path itself is checked against copy_ on the GPU (tests/gpu/test_gpu_timing.py)."""
-    from cudal1.evaluator import devcopy
-
-    src = torch.arange(12, dtype=torch.int64).view(3, 4)
-    for source, row in ((src.double(), torch.empty(3, 4, dtype=torch.float64)),
-                        (src, torch.empty(3, 4, dtype=torch.float64)),
-                        (src.double().t(), torch.empty(4, 3, dtype=torch.float64))):
-        devcopy.stage(row, source)
-        assert torch.equal(row, source.double())
-    empty = torch.empty(0, 4)
-    devcopy.stage(empty, torch.empty(0, 4))  # nothing to copy, no error

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import devcopy, extensions, graphed, inputs, probes, transport
+from cudal1.evaluator import extensions, graphed, inputs, probes, transport
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -122,7 +122,6 @@ def _own_code() -> dict[str, Any]:
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
     names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting")})
     names["InputPlan.draw"] = inputs.InputPlan.draw
-    names.update({"devcopy.stage": devcopy.stage, "devcopy._memcpy": devcopy.bound()})
     names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
     names["graphed.follow_state"] = graphed.follow_state
     names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
@@ -139,7 +138,6 @@ class Worker(ReferenceRole):
         self.default_generator: torch.Generator | None = None
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            devcopy.bind()  # before any program code: the staging copy's driver function (devcopy.py)
             torch.zeros(1, device=self.device)  # the context, and with it the device's default generator
             self.default_generator = torch.cuda.default_generators[torch.cuda.current_device()]
             self.generator = torch.Generator(device=self.device)

@@ -192,35 +192,3 @@ def test_inputs_survive_a_programs_failed_capture(graph_inputs: bool) -> None:
     with torch.device("cuda"):
         worker.reference.get_inputs()
     assert torch.equal(default.get_state(), state)
-
-
-@pytest.mark.parametrize("make", [
-    lambda: torch.randn(64, 300, device="cuda"),
-    lambda: torch.randn(4, 16, 30, 30, device="cuda").contiguous(memory_format=torch.channels_last),
-    lambda: torch.randn(32, 48, device="cuda").t(),
-    lambda: torch.randn(8, 100, device="cuda", dtype=torch.float16),
-    lambda: torch.randn(8, 100, device="cuda", dtype=torch.complex64),
-    lambda: torch.randn(1000, device="cuda")[7:907],
-    lambda: torch.randint(-50, 50, (20, 30), device="cuda"),
-    lambda: torch.randn(1, 50, device="cuda").expand(40, 50),
-    lambda: torch.empty(0, 5, device="cuda"),
-], ids=["contiguous", "channels_last", "transposed", "float16", "complex64", "offset", "int64", "expanded", "empty"])
-def test_driver_staging_copies_what_copy_copies(make, monkeypatch) -> None:
-    """The staging copy by cuMemcpyDtoDAsync (cudal1/evaluator/devcopy.py) stages the same bytes as
-    Tensor.copy_ for every layout and dtype it takes, and leaves the others to copy_: a batch's
-    fingerprints are identical either way."""
-    from cudal1.evaluator import devcopy
-    from cudal1.evaluator.probes import Fingerprints
-
-    assert devcopy.bind()
-    outputs = [make() for _ in range(5)]
-
-    def prints() -> list:
-        fp = Fingerprints(torch.device("cuda:0"), key=13, calls=len(outputs))
-        for seed, out in enumerate(outputs):
-            fp.add([out], seed)
-        return fp.values()
-
-    fast = prints()
-    monkeypatch.setattr(devcopy, "_memcpy", None)
-    assert prints() == fast
