@@ -36,6 +36,7 @@ from cudal1.evaluator.probes import (
     same_layout,
     to_device,
     uses_compile,
+    warm_kernels,
 )
 from cudal1.evaluator.reference_role import ReferenceRole
 
@@ -244,19 +245,8 @@ class Worker(ReferenceRole):
         self.compile_warmed = True
 
     def warm_harness(self) -> None:
-        """Launch the harness's own device work once (a fingerprint batch, the flush's zeroing) when the
-        worker starts, before any program code: CUDA loads a kernel's module on its first launch, and a
-        fresh worker otherwise paid that inside its first timed command (the calibration batch)."""
-        if self.device.type != "cuda":
-            return
-        x = torch.ones(4, 6, device=self.device)
-        for dtype in (torch.float32, torch.float16, torch.float64):
-            prints = Fingerprints(self.device, key=1, calls=2)
-            prints.add([x.to(dtype)], 1)
-            prints.add([x.to(dtype).t()], 2)  # another layout: its own staging and sums
-            prints.values()
-        x.zero_()
-        self._sync()
+        """The harness's own device kernels launched once at the worker's start (probes.warm_kernels)."""
+        warm_kernels(self.device)
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU
