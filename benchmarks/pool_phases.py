@@ -37,7 +37,8 @@ PHASES = ("load_s", "correctness_s", "timing_s", "wait_s", "first_call_s",
           "ready_wait_s", "load_cmd_s",  # these two: a load's wait for its worker's start, its command
           # the device's time before the evaluation, outside it: a ready group, the group's reference, the
           # candidate's build, the start of what comes next (none in records made before they were booked)
-          "group_wait_s", "reference_wait_s", "build_wait_s", "prepare_s")
+          "group_wait_s", "reference_wait_s", "build_wait_s", "prepare_s",
+          "prebuild_s")  # the candidate's build in the batch's pool, beside the device (pauses included)
 # Reference time per call (ms): launch-bound rows below 0.3 ms, memory- or compute-bound above
 BINS = ((0.0, 0.05), (0.05, 0.1), (0.1, 0.3), (0.3, 1.0), (1.0, 5.0), (5.0, float("inf")))
 GRAPH = "template:cuda_graph"

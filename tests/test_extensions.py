@@ -446,17 +446,22 @@ def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pyt
     later = Candidate(relu.problem_id, fallback_program("order_relu", broken), origin="second problem")
     first = Candidate(scale.problem_id, fallback_program("order_scale", broken), origin="first problem")
     built: list[str] = []
-    real = schedule.prebuild
+    real = schedule.timed_prebuild
 
-    def recorded(problem: Problem, candidate: Candidate, *args: object) -> str:
+    def recorded(problem: Problem, candidate: Candidate, *args: object) -> tuple[str, float]:
         built.append(candidate.origin)
         return real(problem, candidate, *args)
 
-    monkeypatch.setattr(schedule, "prebuild", recorded)
+    monkeypatch.setattr(schedule, "timed_prebuild", recorded)
     results = evaluate_many([scale, relu], [plain, later, first], FAST, devices=["cpu"], extensions_root=ext_root,
                             build_workers=1)
     assert built == ["first problem", "second problem"]
     assert len(results) == 3
+    # Each built candidate's evaluation carries its build's own wall (a cold batch's waits are made of it)
+    origins = {c.candidate_id: c.origin for c in (plain, later, first)}
+    prebuilt = {origins[r.candidate_id]: r.extra.get("prebuild_s") for r in results}
+    assert prebuilt["plain"] is None
+    assert all(isinstance(prebuilt[o], float) and prebuilt[o] > 0 for o in ("first problem", "second problem"))
 
 
 def test_gpu_warm_ups_go_to_every_device_in_turn() -> None:

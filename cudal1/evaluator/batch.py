@@ -228,7 +228,7 @@ class _DeviceLoop:
     (build-worker warm-ups aside, see prebuild). The order comes from :mod:`cudal1.evaluator.schedule`;
     this class wires it to the evaluator and records each result."""
 
-    def __init__(self, device: str, groups: Groups, builds: dict[str, Future[str]], config: EvalConfig,
+    def __init__(self, device: str, groups: Groups, builds: dict[str, Future[tuple[str, float]]], config: EvalConfig,
                  ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
         self.groups, self.builds, self.ahead = groups, builds, ahead
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
@@ -267,8 +267,8 @@ class _DeviceLoop:
         with session:
             for i, c in enumerate(cands):
                 t0 = time.perf_counter()
-                if c.sha256 in self.builds:
-                    self.builds[c.sha256].result()
+                # its build's own wall in the batch's pool, pauses included (builds.timed_prebuild)
+                built = {"prebuild_s": self.builds[c.sha256].result()[1]} if c.sha256 in self.builds else {}
                 t1 = time.perf_counter()
                 mine = ahead.take(c)
                 worker = mine.worker if mine is not None else self._start_worker(problem, c)
@@ -276,7 +276,7 @@ class _DeviceLoop:
                 waits = ahead.prepare(queue.coming(group, i), problem)
                 idle |= {"build_wait_s": t1 - t0, "prepare_s": time.perf_counter() - t1}
                 result = self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded)
-                self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()}))
+                self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()} | built))
                 idle = {}
 
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],

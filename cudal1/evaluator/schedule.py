@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate
-from cudal1.evaluator.builds import QUIET, prebuild
+from cudal1.evaluator.builds import QUIET, timed_prebuild
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerProcess
@@ -41,7 +41,7 @@ class Groups:
     # otherwise shows as nothing at all.
     report_every_s = 60.0
 
-    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[str]],
+    def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[tuple[str, float]]],
                  let_go: bool = False) -> None:
         self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
         # A GPU host: a device waiting for a group lets that group's builds go on beside the other
@@ -252,19 +252,19 @@ def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str 
 
 
 def submit_builds(pool: Executor, ordered: list[tuple[str, list[Candidate]]], by_id: Mapping[str, Problem],
-                  config: EvalConfig, devices: Sequence[str], ext_root: Path) -> dict[str, Future[str]]:
+                  config: EvalConfig, devices: Sequence[str], ext_root: Path) -> dict[str, Future[tuple[str, float]]]:
     """The builds of the candidates that need one, by source hash. Submitted by group, the first groups
     first: a group is timed once all its builds are done, so builds submitted in candidate order (every
     program, then every baseline) kept the reproduction's first group waiting ~6 minutes for a hundred
     unrelated programs' builds (docs/gpu-runs.md#2026-11-25-pool-start); then from both ends in turn
     (schedule.build_order). GPU warm-ups go to every device in turn (two at a time on each, see prebuild),
     not all to the first: the caches they fill serve the timed worker of whichever device takes the row."""
-    builds: dict[str, Future[str]] = {}
+    builds: dict[str, Future[tuple[str, float]]] = {}
     for c in (c for _pid, cands in build_order(ordered) for c in cands):
         # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
         # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
         needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
         if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
             warm_on = config.with_device(devices[len(builds) % len(devices)])
-            builds[c.sha256] = pool.submit(prebuild, by_id[c.problem_id], c, warm_on, ext_root)
+            builds[c.sha256] = pool.submit(timed_prebuild, by_id[c.problem_id], c, warm_on, ext_root)
     return builds
