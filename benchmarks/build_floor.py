@@ -1,7 +1,7 @@
 """The builds of a cold release run alone: every program of a CUDA-L1 release that needs a build, built
-exactly as a batch builds it (``schedule.submit_builds``: the same build order, the same pool size beside
-one device's timed workers, each build's GPU warm-up where it compiles on its first call) into an empty
-build cache, with nothing timed, so no build ever pauses. The wall clock of the whole is the least a cold
+exactly as a batch builds it (``schedule.submit_builds`` itself: the same selection and build order, the
+same pool size beside one device's timed workers, each build's GPU warm-up where it compiles on its first
+call) into an empty build cache, with nothing timed, so no build ever pauses. The wall clock of the whole is the least a cold
 run on this machine can take whatever the timing costs; each build's own wall says which programs set it.
 
     PYTHONPATH=. python benchmarks/build_floor.py --release carry/h100.jsonl --device cuda:0 \
@@ -24,11 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.candidates import Candidate  # noqa: E402
-from cudal1.evaluator.builds import pin_cuda_arch, prebuild  # noqa: E402
+from cudal1.evaluator.builds import pin_cuda_arch  # noqa: E402
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
-from cudal1.evaluator.extensions import mentions_builds, mentions_compile  # noqa: E402
-from cudal1.evaluator.schedule import build_order  # noqa: E402
-from cudal1.evaluator.static import check_source  # noqa: E402
+from cudal1.evaluator.schedule import submit_builds  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 
@@ -42,10 +40,8 @@ def main() -> None:
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
     by_id = {r.problem.problem_id: r.problem for r in rows}
     ordered = [(r.problem.problem_id, [Candidate(r.problem.problem_id, r.candidate_source or "")]) for r in rows]
+    names = {c.sha256: c.problem_id for _pid, cands in ordered for c in cands}
     config = EvalConfig(device=args.device, tolerance=1e-2)
-    todo = [c for _pid, cands in build_order(ordered) for c in cands
-            if (mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source)))
-            and not check_source(c.source).rejected]
     workers = args.workers or max(1, (os.cpu_count() or 2) - 1 - 2)  # evaluate_many's pool beside one device
     if config.is_cuda:
         pin_cuda_arch([args.device])
@@ -55,22 +51,19 @@ def main() -> None:
     started = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            def build(c: Candidate) -> tuple[str, float]:
-                t0 = time.perf_counter()
-                error = prebuild(by_id[c.problem_id], c, config, root)
-                return error, time.perf_counter() - t0
-
-            futures = {pool.submit(build, c): c for c in todo}
+            # the batch's own selection, order and build (each future: its error and its wall)
+            builds = submit_builds(pool, ordered, by_id, config, [args.device], root)
+            futures = {future: sha for sha, future in builds.items()}
             for done, future in enumerate(as_completed(futures), 1):
-                c = futures[future]
+                pid = names[futures[future]]
                 error, wall = future.result()
-                each[c.problem_id] = {"wall_s": round(wall, 1), "error": error[:200]}
-                print(f"[{done}/{len(todo)} {time.perf_counter() - started:6.1f}s] {c.problem_id:7s} "
+                each[pid] = {"wall_s": round(wall, 1), "error": error[:200]}
+                print(f"[{done}/{len(builds)} {time.perf_counter() - started:6.1f}s] {pid:7s} "
                       f"{wall:6.1f}s {error[:80]}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     walls = sorted(v["wall_s"] for v in each.values())
-    summary = {"builds": len(todo), "workers": workers, "cpu_count": os.cpu_count(),
+    summary = {"builds": len(each), "workers": workers, "cpu_count": os.cpu_count(),
                "wall_s": round(time.perf_counter() - started, 1),
                "build_wall_s_sum": round(sum(walls), 1),
                "build_wall_s_median": statistics.median(walls) if walls else None,

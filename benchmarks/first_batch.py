@@ -1,5 +1,5 @@
 """What a fresh worker's first timed batch costs beyond its later ones, with and without the harness's
-kernels launched at the worker's start (``Worker.warm_harness``, which cudal1/evaluator/worker_main.py
+kernels launched at the worker's start (``probes.warm_kernels``, which cudal1/evaluator/worker_main.py
 calls before any program code). Each measurement is a new process: a worker as the evaluator starts one
 (CUDA context, then the harness's warm-up or not), the reference of a release row loaded, then three
 calibration batches (``cmd: time`` with three warm-up calls and two timed ones, as trials.py sends it),
@@ -26,6 +26,7 @@ from cudal1.problems import load_cudal1_release  # noqa: E402
 _CHILD = """
 import json, sys, time
 import torch
+from cudal1.evaluator.probes import warm_kernels
 from cudal1.evaluator.worker import Worker
 from cudal1.evaluator.workers import new_seed
 mode, path = sys.argv[1], sys.argv[2]
@@ -33,7 +34,7 @@ worker = Worker("cuda:0", 1, flush_l2=True)
 torch.zeros(1, device="cuda:0")
 t0 = time.perf_counter()
 if mode == "warm":
-    worker.warm_harness()
+    warm_kernels(worker.device)
 warm_s = time.perf_counter() - t0
 reply = worker.load({"role": "reference", "reference_path": path, "init_seed": 0, "graph_inputs": True})
 assert reply["ok"], reply
@@ -44,7 +45,7 @@ for _ in range(3):
     t0 = time.perf_counter()
     worker.time_trial(msg)
     batches.append(round((time.perf_counter() - t0) * 1e3, 2))
-print(json.dumps({"warm_harness_ms": round(warm_s * 1e3, 2), "batches_ms": batches}))
+print(json.dumps({"warm_kernels_ms": round(warm_s * 1e3, 2), "batches_ms": batches}))
 """
 
 

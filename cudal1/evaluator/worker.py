@@ -36,7 +36,6 @@ from cudal1.evaluator.probes import (
     same_layout,
     to_device,
     uses_compile,
-    warm_kernels,
 )
 from cudal1.evaluator.reference_role import ReferenceRole
 
@@ -243,10 +242,6 @@ class Worker(ReferenceRole):
         probes.compile_without_threads()
         torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
         self.compile_warmed = True
-
-    def warm_harness(self) -> None:
-        """The harness's own device kernels launched once at the worker's start (probes.warm_kernels)."""
-        warm_kernels(self.device)
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU

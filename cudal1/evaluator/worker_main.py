@@ -18,6 +18,7 @@ import traceback
 import torch
 
 from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core
+from cudal1.evaluator.probes import warm_kernels
 from cudal1.evaluator.worker import Worker
 
 
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     if worker.device.type == "cuda":
         torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
         # workers then hide this cost behind another candidate's timing, and the harness's kernels too
-        worker.warm_harness()
+        warm_kernels(worker.device)
     if args.warm_compile:
         # A torch.compile program's worker started ahead: Inductor's start comes before its load, not in it
         try:
