@@ -219,7 +219,9 @@ def _sample(state: RunState, round_: int, log: Callable[[str], None]) -> list[En
             log(f"error: {message}")
             continue
         state.prompts.append({"round": round_, "origin": writer.origin, "prompt": prompt, "asked": asked,
-                              "exemplar_speedups": [round(e.speedup, 4) for e in exemplars]})
+                              # unrounded: the prompt shows each at two decimals, and a 4-place
+                              # round first can land on the other side of a tie (1.62501 -> 1.625 -> "1.62")
+                              "exemplar_speedups": [e.speedup for e in exemplars]})
         counts = state.replies.setdefault(writer.origin, [0, 0])
         for text in texts:
             parsed = parse_response(text)
