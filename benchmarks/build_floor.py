@@ -3,6 +3,7 @@ exactly as a batch builds it (``schedule.submit_builds`` itself: the same select
 same pool size beside one device's timed workers, each build's GPU warm-up where it compiles on its first
 call) into an empty build cache, with nothing timed, so no build ever pauses. The wall clock of the whole is the least a cold
 run on this machine can take whatever the timing costs; each build's own wall says which programs set it.
+The precompiled torch header is compiled beside the builds, as a batch does (``--no-header``: without it).
 
     PYTHONPATH=. python benchmarks/build_floor.py --release carry/h100.jsonl --device cuda:0 \
         --json $OUT/build-floor.json
@@ -24,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.candidates import Candidate  # noqa: E402
-from cudal1.evaluator.builds import pin_cuda_arch  # noqa: E402
+from cudal1.evaluator.builds import pin_cuda_arch, prebuild_header, wants_header  # noqa: E402
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.schedule import submit_builds  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--release", required=True, type=Path)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--workers", type=int, default=0, help="build pool size (default: as a one-device batch)")
+    ap.add_argument("--no-header", action="store_true", help="without the precompiled torch header (as before it)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -49,8 +51,13 @@ def main() -> None:
     root.chmod(0o711)
     each: dict[str, dict] = {}
     started = time.perf_counter()
+    header: dict[str, object] = {}
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=1) as beside, ThreadPoolExecutor(max_workers=workers) as pool:
+            # the batch's precompiled torch header, beside its builds as evaluate_many compiles it
+            if not args.no_header and wants_header([c for _pid, cands in ordered for c in cands], config):
+                future = beside.submit(prebuild_header, root, config)
+                future.add_done_callback(lambda f: header.update(zip(("message", "wall_s"), f.result())))
             # the batch's own selection, order and build (each future: its error and its wall)
             builds = submit_builds(pool, ordered, by_id, config, [args.device], root)
             futures = {future: sha for sha, future in builds.items()}
@@ -68,7 +75,7 @@ def main() -> None:
                "build_wall_s_sum": round(sum(walls), 1),
                "build_wall_s_median": statistics.median(walls) if walls else None,
                "slowest": sorted(each.items(), key=lambda kv: -kv[1]["wall_s"])[:8],
-               "failed": sum(bool(v["error"]) for v in each.values())}
+               "failed": sum(bool(v["error"]) for v in each.values()), "header": header or None}
     print("summary", json.dumps(summary), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "builds": each}, indent=1))

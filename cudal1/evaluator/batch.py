@@ -4,6 +4,7 @@ stopped (a candidate already measured under the same config on the same hardware
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,7 +23,7 @@ from cudal1.candidates import (
     load_evaluations,
     save_evaluations,
 )
-from cudal1.evaluator.builds import QUIET, pin_cuda_arch
+from cudal1.evaluator.builds import QUIET, pin_cuda_arch, prebuild_header, wants_header
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -49,6 +50,8 @@ from cudal1.evaluator.static import check_source
 from cudal1.evaluator.timing import agreeing_pair, interval_of
 from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[Evaluation], None]
 # Candidates a device gets ready ahead of the one it times, loaded in batches (schedule.RunAhead): three
@@ -193,7 +196,12 @@ def evaluate_many(
     ordered = list(order.items())
     if costs:
         ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    # The precompiled torch header, compiled beside the builds rather than in a build slot: the builds
+    # that start before it is there parse the header themselves, with the same result (cudal1.evaluator.pch).
+    header = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch")
+    if wants_header(todo, config):
+        header.submit(prebuild_header, ext_root, config).add_done_callback(_log_header)
+    with header, ThreadPoolExecutor(max_workers=workers) as pool:
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
         groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds, let_go=config.is_cuda)
         errors: list[BaseException] = []
@@ -217,6 +225,11 @@ def evaluate_many(
                                f"{' in ' + str(path) if path else ''}; run again to resume): "
                                f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
     return sink.new
+
+
+def _log_header(done: Future[tuple[str, float]]) -> None:
+    message, wall = done.result()
+    (log.warning if message.startswith("error") else log.info)("precompiled torch header (%.1f s): %s", wall, message)
 
 
 class _DeviceLoop:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.evaluator.forking import ForkedProcess, fork_worker
+from cudal1.evaluator.pch import cpath
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -29,7 +30,7 @@ _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIB
 
 # A worker's own environment, set after the fork; everything else is fixed when the fork server starts.
 _PER_WORKER = {"TMPDIR", "HOME", "USER", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-               "CUDA_VISIBLE_DEVICES"}
+               "CUDA_VISIBLE_DEVICES", "CPATH"}
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ class WorkerProcess:
             for stale in spec.extensions_dir.glob("*/lock"):
                 stale.unlink(missing_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
+            # GCC finds the precompiled torch/extension.h of the extensions root first (cudal1.evaluator.pch)
+            env["CPATH"] = cpath(spec.extensions_dir.parent, os.environ.get("CPATH"))
             # torch.compile's caches beside the extensions, keyed by the same source hash: the build worker's
             # warm-up fills them, the timed worker and its re-checks hit them. Only the same source ever
             # reads what a program wrote there, as for its extensions.

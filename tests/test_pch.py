@@ -1,0 +1,126 @@
+"""The precompiled torch header (cudal1.evaluator.pch): compiled once with torch's own flags, found by a
+worker's builds through CPATH, and without effect on what a build produces. Real g++, real torch headers,
+real workers; one header for the module (~40 s to compile on two cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ext_helpers import FAST, fixture_problem
+
+from cudal1.candidates import Candidate
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
+from cudal1.evaluator.extensions import FAILED
+from cudal1.evaluator.pch import HEADER, cpath, prepare, search_dir
+
+pytestmark = pytest.mark.xdist_group("pch")  # one worker compiles the module's header
+
+# Builds an extension whose compile prints the headers it reads (-H: "! <file>.gch" where GCC loaded a
+# precompiled header) and then stops: the failure, with the compiler's output, is what the worker
+# remembers next to the candidate's builds (extensions.py), so the test can read it.
+PROBE = '''
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+try:
+    _ext = load_inline(name="cudal1_pch_probe", cpp_sources="int f();\\n#error stop here",
+                       extra_cflags=["-H"])
+except Exception:
+    _ext = None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+'''
+
+MAIN = """#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) { return x * 2; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice, "twice"); }
+"""
+
+
+@pytest.fixture(scope="module")
+def header_root() -> Iterator[Path]:
+    """An extensions root (traversable by sandboxed workers) holding the compiled header."""
+    root = Path(tempfile.mkdtemp(prefix="cudal1-test-pch-"))
+    root.chmod(0o711)
+    message, wall = prebuild_header(root, FAST)  # as a batch compiles it: a process of its own, nice 19
+    assert message.startswith("compiled in "), message
+    assert wall > 0
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_header_is_compiled_once_per_compiler_and_torch(header_root: Path) -> None:
+    headers = list((search_dir(header_root) / f"{HEADER}.gch").iterdir())
+    assert len(headers) == 1 and headers[0].suffix == ".gch" and headers[0].stat().st_mode & 0o777 == 0o444
+    assert prepare(header_root) == f"present: {headers[0]}"  # a second batch finds it
+    assert not any((search_dir(header_root) / "tmp").iterdir())  # nothing half-written left behind
+
+
+def test_a_gpu_batch_compiles_the_header_for_four_extension_builds_or_more() -> None:
+    sources = [f"from torch.utils.cpp_extension import load_inline  # {i}" for i in range(4)]
+    four = [Candidate("p", source) for source in sources]
+    gpu = EvalConfig(device="cuda:0")
+    assert wants_header(four, gpu)
+    assert not wants_header(four[:3] + [Candidate("p", sources[0])], gpu)  # the same source is one build
+    assert not wants_header([Candidate("p", "import torch") for _ in range(9)], gpu)
+    assert not wants_header(four, FAST)  # a CPU device: the timing would pause it most of the time
+
+
+def _remembered_compile(root: Path) -> str:
+    problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", PROBE, origin="test")
+    assert prebuild(problem, candidate, FAST, root) == ""  # the program falls back to PyTorch
+    markers = list(root.glob(f"{candidate.sha256[:16]}/{FAILED}/*"))
+    assert len(markers) == 1
+    return markers[0].read_text()
+
+
+@pytest.mark.slow
+def test_a_worker_build_loads_the_header_and_one_without_it_parses_it(header_root: Path, ext_root: Path) -> None:
+    """Through the real path: a build worker's load_inline, torch's ninja file, g++."""
+    log = _remembered_compile(header_root)
+    assert "error: #error stop here" in log
+    assert f"! {search_dir(header_root)}/{HEADER}.gch/" in log, log[:2000]
+    bare = _remembered_compile(ext_root)  # an extensions root without the header: parsed as usual
+    # -H lists every header it parses (". <path>"), the first being torch's own extension.h
+    assert ".gch" not in bare and re.search(rf"^\. \S+/include/{HEADER}$", bare, re.MULTILINE), bare[:2000]
+
+
+def _torch_compile_line(tmp: Path) -> list[str]:
+    code = ("import json, sys; from pathlib import Path; from cudal1.evaluator.pch import header_command; "
+            "print(json.dumps(header_command(Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp / "unused.gch")], capture_output=True, text=True,
+                          check=True, env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])})
+    command = json.loads(done.stdout.strip().splitlines()[-1])
+    i = command.index("-x")
+    # the header's flags, for a main.cpp: without "-x c++-header <header> -o <out>"
+    return command[:i] + command[i + 2:-3] + ["-DTORCH_EXTENSION_NAME=cudal1_pch_same"]
+
+
+@pytest.mark.slow
+def test_an_object_built_with_the_header_is_byte_for_byte_the_one_built_without(header_root: Path,
+                                                                                tmp_path: Path) -> None:
+    compile_ = _torch_compile_line(tmp_path)
+    (tmp_path / "main.cpp").write_text(MAIN)
+    objects = {}
+    for name, extra in (("without", {}), ("with", {"CPATH": cpath(header_root)})):
+        env = {k: v for k, v in os.environ.items() if k != "CPATH"} | extra
+        done = subprocess.run([*compile_, "-H", "-c", "main.cpp", "-o", f"{name}.o"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (done.stderr.startswith("! ") and ".gch" in done.stderr.splitlines()[0]) == (name == "with")
+        objects[name] = (tmp_path / f"{name}.o").read_bytes()
+    assert objects["with"] == objects["without"]
