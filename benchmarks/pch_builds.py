@@ -4,8 +4,10 @@ For a sample of a CUDA-L1 release's programs that build with ``load_inline``: ea
 with its ``load_inline`` calls recorded, not run (and ``torch.cuda.is_available`` answering True, so a CPU
 host records what a GPU host would build); torch then writes each build's ninja file as it would for the
 program. The ``main.cpp`` of each build is compiled with its exact command, once as usual and once with
-the header found through CPATH, as a worker's builds find it; ``--full`` programs are also built whole
-(ninja: ``main.cpp`` and the CUDA file) both ways, for the header's share of a build's CPU. One compile at
+the header found through CPATH, as a worker's builds find it. The first ``--full`` programs are also built
+whole (ninja: ``main.cpp`` and the CUDA file) as a worker built them before (torch's header parsed, ninja
+waiting for every compile) and as it builds them now (the header precompiled, and ninja stopped at the
+first failed compile: cudal1.evaluator.failfast). One compile at
 a time: seconds are one core's, on an otherwise idle host.
 
     PYTHONPATH=. python benchmarks/pch_builds.py --release ../shared/cuda-l1/h100.jsonl --every 6 \
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp  # noqa: E402
 
+from cudal1.evaluator.failfast import shim_dir  # noqa: E402
 from cudal1.evaluator.pch import HEADER, cpath, prepare  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
@@ -101,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--release", required=True, type=Path)
     ap.add_argument("--every", type=int, default=5, help="every n-th program that builds on import or construction")
-    ap.add_argument("--full", type=int, default=2, help="programs of the sample built whole, both ways")
+    ap.add_argument("--full", type=int, default=0, help="programs of the sample built whole, before and now")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if cpp.CUDA_HOME is None:  # a CPU torch: the CUDA files compile here all the same (nvcc is installed)
@@ -120,6 +123,10 @@ def main() -> None:
     print(f"header: {prepared} ({header_s} s)", flush=True)
     plain = {k: v for k, v in os.environ.items() if k != "CPATH"}
     with_header = plain | {"CPATH": cpath(root)}
+    shim = shim_dir()
+    if shim is None:
+        sys.exit("the fail-fast ninja cannot run here (see cudal1.evaluator.failfast.shim_dir)")
+    now = with_header | {"PATH": os.pathsep.join([str(shim), plain.get("PATH", "")])}
     results: list[dict[str, Any]] = []
     try:
         for i, (pid, calls) in enumerate(sample):
@@ -131,11 +138,14 @@ def main() -> None:
                 entry[f"main_cpp_{mode}_s"], entry[f"main_cpp_{mode}_used_header"] = wall, used == "1"
                 entry["main_cpp_compiles"] = status == "0"  # many released programs' builds fail (they fall back)
             if i < args.full and (build / "cuda.cu").exists():
-                for mode, env in (("without", plain), ("with", with_header)):
+                # whole, as a worker built it before (torch's header parsed, ninja waits for every compile)
+                # and as it builds now (the header precompiled, ninja stopped at a failed compile)
+                for mode, env in (("before", plain), ("now", now)):
                     for stale in ("main.o", "cuda.cuda.o", ".ninja_log", ".ninja_deps"):
                         (build / stale).unlink(missing_ok=True)
-                    wall, cpu, _ = timed(["ninja", "-j", "2"], build, env)
+                    wall, cpu, out = timed(["ninja", "-v", "-j", "2"], build, env)
                     entry[f"build_{mode}_wall_s"], entry[f"build_{mode}_cpu_s"] = wall, cpu
+                    entry[f"build_{mode}_ok"] = "FAILED: " not in out
             results.append(entry)
             print(json.dumps(entry), flush=True)
     finally:
@@ -143,7 +153,7 @@ def main() -> None:
     # Paired, over every sampled program: a build whose main.cpp fails (many released programs bind a
     # function their C++ never declares, and fall back) pays its compile up to the error all the same.
     used = [r for r in results if r["main_cpp_with_used_header"]]
-    full = [r for r in results if "build_with_cpu_s" in r]
+    full = [r for r in results if "build_now_cpu_s" in r]
     summary = {"date": time.strftime("%Y-%m-%d"), "host": platform.node(), "cpu_count": os.cpu_count(),
                "compiler": subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
                "torch": torch.__version__, "header": str(HEADER), "header_compile_s": header_s,
@@ -153,7 +163,10 @@ def main() -> None:
                "main_cpp_sum_with_s": round(sum(r["main_cpp_with_s"] for r in results), 1),
                "main_cpp_saved_median_s": statistics.median(r["main_cpp_without_s"] - r["main_cpp_with_s"]
                                                             for r in used) if used else None,
-               "full_builds": {r["problem"]: {k: r[k] for k in r if k.startswith("build_")} for r in full},
+               "full_builds": len(full),
+               "full_build_cpu_s_sum": {m: round(sum(r[f"build_{m}_cpu_s"] for r in full), 1) for m in ("before", "now")},
+               "full_build_wall_s_sum": {m: round(sum(r[f"build_{m}_wall_s"] for r in full), 1) for m in ("before", "now")},
+               "full_builds_ok": {m: sum(r[f"build_{m}_ok"] for r in full) for m in ("before", "now")},
                "command": " ".join(sys.argv)}
     print("summary", json.dumps(summary), flush=True)
     if args.json:

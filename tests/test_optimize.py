@@ -92,7 +92,12 @@ def test_template_rewrite_is_measurably_faster_within_a_budget_then_resumed(tmp_
     report = (tmp_path / "out/report.md").read_text()
     assert "![speedup by round](speedup_by_round.png)" in report and "template:inference_mode" in report
     assert (tmp_path / "out/speedup_by_round.png").read_bytes()[:4] == b"\x89PNG"
-    assert NO_MODEL_HINT in state.messages and "needs a model" in state.stop
+    assert NO_MODEL_HINT in state.messages
+    # Round 2 needs a model once round 1 beat the module (a lower bound above 1x); when contention read every
+    # rewrite's lower bound at or below 1x (as a full `make test` once did), the run stops at round 1 instead.
+    beat = max(r["speedup_low"] or 0.0 for r in table.iter_rows(named=True) if r["status"] == "ok") > 1.0
+    assert ("needs a model" if beat else "round 1 brought nothing faster than your module") in state.stop, \
+        (state.stop, table.select("origin", "status", "speedup_low"))
     assert len(load_evaluations(tmp_path / "out/evaluations.parquet")) == 2
 
 

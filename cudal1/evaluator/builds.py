@@ -224,17 +224,13 @@ def prebuild_header(extensions_root: Path, config: EvalConfig) -> tuple[str, flo
     Returns (what happened or the error, wall seconds); a failure only costs the builds their speed-up."""
     t0 = time.perf_counter()
     cores = _build_cores(config)
-
-    def lowered() -> None:
-        os.nice(19)
-        if cores:
-            os.sched_setaffinity(0, cores)
-
+    # Priority and cores are set by the process itself (a preexec_fn is unsafe in this threaded parent).
+    argv = [sys.executable, "-m", "cudal1.evaluator.pch", str(extensions_root), "--nice", "19",
+            *(["--cores", ",".join(map(str, cores))] if cores else [])]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    proc = subprocess.Popen([sys.executable, "-m", "cudal1.evaluator.pch", str(extensions_root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True, preexec_fn=lowered)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
     handle = _Compile(proc.pid)
     if not config.builds_beside_timing:
         QUIET.add(handle)

@@ -17,7 +17,7 @@ Only the parent writes there, as root on a GPU host; a sandboxed worker can read
 Where the parent is not root, workers share its uid and could replace it, as they could any other
 candidate's cache entry: the evaluator's sandbox is what stops both.
 
-Run as a module by the parent: ``python -m cudal1.evaluator.pch <extensions root>``.
+Run as a module by the parent: ``python -m cudal1.evaluator.pch <extensions root> [--nice N] [--cores 2,3]``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,20 @@ def prepare(extensions_root: Path) -> str:
     return f"compiled in {time.perf_counter() - started:.1f} s: {target / name}"
 
 
+def main(argv: list[str]) -> None:
+    """Compile the precompiled torch header into an extensions root (the batch's parent runs it)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m cudal1.evaluator.pch", description=main.__doc__)
+    ap.add_argument("root", type=Path, help="the extensions root (TORCH_EXTENSIONS_DIR's parent)")
+    ap.add_argument("--nice", type=int, default=0, help="CPU priority of the compile")
+    ap.add_argument("--cores", default="", help="the cores it may use, e.g. 2,3,4 (default: any)")
+    args = ap.parse_args(argv)
+    os.nice(args.nice)
+    if args.cores:
+        os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
+    print(prepare(args.root), flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m cudal1.evaluator.pch <extensions root>")
-    print(prepare(Path(sys.argv[1])), flush=True)
+    main(sys.argv[1:])

@@ -1,0 +1,100 @@
+"""The workers' ninja (cudal1.evaluator.failfast): a build stops at its first failed compile, its output
+passes through unchanged, and a build that succeeds is ninja's own. Real ninja, real g++, real workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from ext_helpers import FAST, fixture_problem
+
+from cudal1.candidates import Candidate
+from cudal1.evaluator.builds import prebuild
+from cudal1.evaluator.extensions import FAILED
+from cudal1.evaluator.failfast import real_ninja, shim_dir
+
+BUILD = """rule fail
+  command = echo compiling $out; echo "$out: error: boom"; exit 1
+rule slow
+  command = sleep $delay && touch $out
+rule ok
+  command = touch $out
+build bad: fail
+build slow-done: slow
+  delay = {delay}
+build good: ok
+"""
+
+
+def _shim() -> Path:
+    own = shim_dir()
+    assert own is not None, "the fail-fast ninja does not run here"
+    return own
+
+
+def _ninja(folder: Path, *args: str, shim: bool = True) -> subprocess.CompletedProcess:
+    path = os.environ.get("PATH", "")
+    env = os.environ | {"PATH": f"{_shim()}{os.pathsep}{path}" if shim else path}
+    return subprocess.run(["ninja", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_shim_finds_the_real_ninja_past_itself() -> None:
+    own = _shim()
+    found = real_ninja(own, f"{own}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert found is not None and Path(found).parent != own
+    assert _ninja(own, "--version").stdout == _ninja(own, "--version", shim=False).stdout
+
+
+def test_a_failed_compile_stops_the_compiles_still_running(tmp_path: Path) -> None:
+    (tmp_path / "build.ninja").write_text(BUILD.format(delay=60))
+    done = _ninja(tmp_path, "-v", "-j", "3", "bad", "slow-done")
+    assert done.returncode != 0
+    assert "FAILED: bad" in done.stdout and "bad: error: boom" in done.stdout  # ninja's report, whole
+    assert "build stopped: interrupted" in done.stdout
+    assert not (tmp_path / "slow-done").exists()  # stopped, not waited for (it would take 60 s)
+    leftover = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True).stdout.split()
+    assert not leftover, leftover
+
+
+def test_a_build_that_succeeds_is_ninjas_own(tmp_path: Path) -> None:
+    (tmp_path / "build.ninja").write_text(BUILD.format(delay=0))
+    done = _ninja(tmp_path, "-v", "slow-done", "good")
+    assert done.returncode == 0, done.stdout
+    assert (tmp_path / "slow-done").exists() and (tmp_path / "good").exists()
+    again = _ninja(tmp_path, "-v", "slow-done", "good")
+    assert again.stdout == "ninja: no work to do.\n"
+
+
+# A program whose extension has two sources: one fails at once, the other takes ~20 s (torch's C++ API).
+# Its build is remembered as failed with ninja's output (extensions.py), which says ninja was stopped.
+TWO_SOURCES = '''
+from pathlib import Path
+
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+Path("slow.cpp").write_text("#include <torch/extension.h>\\nint slow() { return 1; }\\n")
+Path("bad.cpp").write_text("#error this source does not compile\\n")
+try:
+    _ext = load(name="cudal1_failfast_probe", sources=["slow.cpp", "bad.cpp"])
+except Exception:
+    _ext = None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+'''
+
+
+@pytest.mark.slow
+def test_a_worker_build_stops_at_its_first_failed_compile(ext_root: Path) -> None:
+    problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", TWO_SOURCES, origin="test")
+    assert prebuild(problem, candidate, FAST, ext_root) == ""  # the program falls back to PyTorch
+    markers = list(ext_root.glob(f"{candidate.sha256[:16]}/{FAILED}/*"))
+    assert len(markers) == 1
+    log = markers[0].read_text()
+    assert "#error this source does not compile" in log
+    assert "build stopped: interrupted" in log, log[-2000:]
