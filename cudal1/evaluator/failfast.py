@@ -77,8 +77,10 @@ def shim_dir() -> Path | None:
     directory = Path(tempfile.mkdtemp(prefix="cudal1-ninja-"))
     atexit.register(shutil.rmtree, directory, True)
     shim = directory / "ninja"
-    # imported by name from its own folder, appended (no module there can shadow the standard library)
-    shim.write_text(f"#!{sys.executable} -I\nimport sys\nsys.path.append({str(Path(__file__).resolve().parent)!r})\n"
+    # imported by name from its own folder, appended (no module there can shadow the standard library).
+    # -B (joined to -I: a #! line passes one argument): -I ignores PYTHONDONTWRITEBYTECODE and
+    # PYTHONPYCACHEPREFIX, and bytecode written beside the source would change the package's tree.
+    shim.write_text(f"#!{sys.executable} -IB\nimport sys\nsys.path.append({str(Path(__file__).resolve().parent)!r})\n"
                     "import failfast\nsys.exit(failfast.run(sys.argv))\n")
     shim.chmod(0o755)
     directory.chmod(0o755)
