@@ -36,7 +36,7 @@ import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp  # noqa: E402
 
 from cudal1.evaluator.failfast import shim_dir  # noqa: E402
-from cudal1.evaluator.pch import HEADER, cpath, prepare  # noqa: E402
+from cudal1.evaluator.pch import HEADER, cpath, ninja_file, prepare  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 
@@ -63,28 +63,9 @@ def recorded_builds(source: str) -> list[dict[str, Any]]:
     return calls
 
 
-def ninja_dir(call: dict[str, Any], build: Path) -> Path:
-    """torch's build folder for the call: sources and build.ninja written, nothing compiled."""
-    def written(build_directory: str, verbose: bool, error_prefix: str) -> None:
-        raise StopIteration
-
-    build.mkdir(parents=True, exist_ok=True)
-    real = cpp._run_ninja_build
-    cpp._run_ninja_build = written
-    try:
-        cpp.load_inline(**(call | {"build_directory": str(build), "verbose": False}))
-    except StopIteration:
-        pass
-    finally:
-        cpp._run_ninja_build = real
-    return build
-
-
-def _main_cpp_command(build: Path) -> list[str]:
+def _main_cpp_command(variables: dict[str, str]) -> list[str]:
     """torch's compile of the build's main.cpp, with -H: prints its exit status, then 1 where GCC loaded a
     precompiled header ("! <file>.gch"), else 0."""
-    variables = dict(line.split(" = ", 1) for line in (build / "build.ninja").read_text().splitlines()
-                     if " = " in line and not line.startswith(" "))
     return ["sh", "-c", f"{variables.get('cxx', 'c++')} {variables['cflags']} -H -c main.cpp -o main.o "
             f"{variables.get('post_cflags', '')} 2> headers.txt; echo $?; grep -c '^! .*gch' headers.txt"]
 
@@ -130,10 +111,12 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     try:
         for i, (pid, calls) in enumerate(sample):
-            build = ninja_dir(calls[0], root / f"b-{pid}")
+            build = root / f"b-{pid}"
+            call = {k: v for k, v in calls[0].items() if k != "build_directory"} | {"verbose": False}
+            variables = ninja_file(build, **call)  # sources and build.ninja written, nothing compiled
             entry: dict[str, Any] = {"problem": pid}
             for mode, env in (("without", plain), ("with", with_header)):
-                wall, cpu, out = timed(_main_cpp_command(build), build, env)
+                wall, cpu, out = timed(_main_cpp_command(variables), build, env)
                 status, used = out.split()[-2:]
                 entry[f"main_cpp_{mode}_s"], entry[f"main_cpp_{mode}_used_header"] = wall, used == "1"
                 entry["main_cpp_compiles"] = status == "0"  # many released programs' builds fail (they fall back)

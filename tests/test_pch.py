@@ -4,12 +4,10 @@ real workers; one header for the module (~40 s to compile on two cores)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from cudal1.candidates import Candidate
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
 from cudal1.evaluator.extensions import FAILED
-from cudal1.evaluator.pch import HEADER, cpath, prepare, search_dir
+from cudal1.evaluator.pch import HEADER, cpath, header_command, prepare, search_dir
 
 pytestmark = pytest.mark.xdist_group("pch")  # one worker compiles the module's header
 
@@ -99,21 +97,18 @@ def test_a_worker_build_loads_the_header_and_one_without_it_parses_it(header_roo
     assert ".gch" not in bare and re.search(rf"^\. \S+/include/{HEADER}$", bare, re.MULTILINE), bare[:2000]
 
 
-def _torch_compile_line(tmp: Path) -> list[str]:
-    code = ("import json, sys; from pathlib import Path; from cudal1.evaluator.pch import header_command; "
-            "print(json.dumps(header_command(Path(sys.argv[1]))))")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp / "unused.gch")], capture_output=True, text=True,
-                          check=True, env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])})
-    command = json.loads(done.stdout.strip().splitlines()[-1])
+def _torch_compile_line() -> list[str]:
+    """The header's flags for a main.cpp: its command without "-x c++-header <header>"."""
+    command = header_command()
+    assert command is not None, "the test needs GCC"
     i = command.index("-x")
-    # the header's flags, for a main.cpp: without "-x c++-header <header> -o <out>"
-    return command[:i] + command[i + 2:-3] + ["-DTORCH_EXTENSION_NAME=cudal1_pch_same"]
+    return command[:i] + command[i + 2:-1] + ["-DTORCH_EXTENSION_NAME=cudal1_pch_same"]
 
 
 @pytest.mark.slow
 def test_an_object_built_with_the_header_is_byte_for_byte_the_one_built_without(header_root: Path,
                                                                                 tmp_path: Path) -> None:
-    compile_ = _torch_compile_line(tmp_path)
+    compile_ = _torch_compile_line()
     (tmp_path / "main.cpp").write_text(MAIN)
     objects = {}
     for name, extra in (("without", {}), ("with", {"CPATH": cpath(header_root)})):

@@ -25,7 +25,7 @@ from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
 from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, processes
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, processes, repo_root
 from cudal1.problems import Problem
 
 
@@ -227,8 +227,7 @@ def prebuild_header(extensions_root: Path, config: EvalConfig) -> tuple[str, flo
     # Priority and cores are set by the process itself (a preexec_fn is unsafe in this threaded parent).
     argv = [sys.executable, "-m", "cudal1.evaluator.pch", str(extensions_root), "--nice", "19",
             *(["--cores", ",".join(map(str, cores))] if cores else [])]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
-                                                       os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [repo_root(), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     handle = _Compile(proc.pid)

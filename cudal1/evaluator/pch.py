@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SEARCH_DIR = ".pch"
 HEADER = Path("torch") / "extension.h"
@@ -51,33 +52,42 @@ def cpath(extensions_root: Path, current: str | None = None) -> str:
     return ":".join([str(search_dir(extensions_root)), *([current] if current else [])])
 
 
-def _ninja_variables(text: str) -> dict[str, str]:
-    return dict(m.groups() for m in re.finditer(r"^(\w+) = (.*)$", text, re.MULTILINE))
+class _Written(Exception):
+    pass
 
 
-def header_command(out: Path) -> list[str] | None:
-    """The command that compiles ``torch/extension.h`` the way torch compiles an inline extension's
-    ``main.cpp`` (its compiler, ``cflags`` and ``post_cflags``, less the extension's name), writing
-    ``out``; None where the compiler is not GCC (clang reads ``.gch`` files differently). Imports
-    torch and replaces its ninja runner: call it in a process of its own (``python -m``)."""
+def ninja_file(build: Path, **load_inline: Any) -> dict[str, str]:
+    """The variables of the ``build.ninja`` torch writes into ``build`` for a ``load_inline`` call with
+    these arguments (``cflags``, ``cuda_cflags``, ``cxx``, ...), nothing compiled. Replaces torch's ninja
+    runner for the call: not for a process that builds extensions at the same time."""
     import torch.utils.cpp_extension as cpp
 
-    class _Written(Exception):
-        pass
-
-    ninja: dict[str, str] = {}
+    written: dict[str, str] = {}
 
     def capture(build_directory: str, verbose: bool, error_prefix: str) -> None:
-        ninja.update(_ninja_variables(Path(build_directory, "build.ninja").read_text()))
-        raise _Written
+        text = Path(build_directory, "build.ninja").read_text()
+        written.update(m.groups() for m in re.finditer(r"^(\w+) = (.*)$", text, re.MULTILINE))
+        raise _Written  # torch writes build.ninja, then would run it
 
-    cpp._run_ninja_build = capture  # torch writes build.ninja, then would run it
-    with tempfile.TemporaryDirectory() as build:
-        try:  # the flags of a CUDA build where torch has CUDA (CUDA-L1's programs all are)
-            cpp.load_inline("cudal1_pch", cpp_sources="", build_directory=build,
-                            with_cuda=cpp.CUDA_HOME is not None)
-        except _Written:
-            pass
+    build.mkdir(parents=True, exist_ok=True)
+    runner, cpp._run_ninja_build = cpp._run_ninja_build, capture
+    try:
+        cpp.load_inline(**load_inline, build_directory=str(build))
+    except _Written:
+        pass
+    finally:
+        cpp._run_ninja_build = runner
+    return written
+
+
+def header_command() -> list[str] | None:
+    """The command that compiles ``torch/extension.h`` the way torch compiles an inline extension's
+    ``main.cpp`` (its compiler, ``cflags`` and ``post_cflags``, less the extension's name), less its
+    ``-o <output>``; None where the compiler is not GCC (clang reads ``.gch`` files differently)."""
+    import torch.utils.cpp_extension as cpp
+
+    with tempfile.TemporaryDirectory() as build:  # the flags of a CUDA build where torch has CUDA
+        ninja = ninja_file(Path(build), name="cudal1_pch", cpp_sources="", with_cuda=cpp.CUDA_HOME is not None)
     if "cflags" not in ninja:
         raise RuntimeError("torch wrote no build.ninja with cflags for an empty inline extension")
     cxx = shlex.split(ninja.get("cxx", "c++"))
@@ -87,7 +97,7 @@ def header_command(out: Path) -> list[str] | None:
     flags = [f for f in shlex.split(ninja["cflags"]) + shlex.split(ninja.get("post_cflags", ""))
              if not f.startswith("-DTORCH_EXTENSION_NAME=")]
     header = Path(cpp.__file__).resolve().parents[1] / "include" / HEADER
-    return [*cxx, "-x", "c++-header", *flags, str(header), "-o", str(out)]
+    return [*cxx, "-x", "c++-header", *flags, str(header)]
 
 
 def _key(command: list[str]) -> str:
@@ -97,7 +107,7 @@ def _key(command: list[str]) -> str:
     import torch
 
     version = subprocess.run([command[0], "--version"], capture_output=True, text=True).stdout
-    return hashlib.sha256("\0".join([*command[:-1], version, torch.__version__]).encode()).hexdigest()[:16]
+    return hashlib.sha256("\0".join([*command, version, torch.__version__]).encode()).hexdigest()[:16]
 
 
 def prepare(extensions_root: Path) -> str:
@@ -106,7 +116,7 @@ def prepare(extensions_root: Path) -> str:
     keys (another compiler or torch) are removed."""
     target = search_dir(extensions_root) / f"{HEADER}.gch"
     scratch = search_dir(extensions_root) / "tmp"
-    command = header_command(scratch / "header.gch")
+    command = header_command()
     if command is None:
         return "skipped: the C++ compiler is not GCC"
     name = f"{_key(command)}.gch"
@@ -118,9 +128,8 @@ def prepare(extensions_root: Path) -> str:
         directory.chmod(0o755)  # a sandboxed worker reads and lists it, and cannot write
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
         out = Path(tmp) / name
-        command[-1] = str(out)
         started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True)
+        done = subprocess.run([*command, "-o", str(out)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"compiling {HEADER} failed ({shlex.join(command[:3])} ...): "
                                f"{(done.stderr or done.stdout)[-600:]}")

@@ -97,7 +97,7 @@ def sandbox_available() -> bool:
     (every ancestor directory traversable by others). `make setup` makes it so on a root machine."""
     if os.geteuid() != 0:
         return False
-    paths = {Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix), Path(_repo_root())}
+    paths = {Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix), Path(repo_root())}
     for path in paths:
         for part in [path, *path.parents]:
             try:
@@ -124,7 +124,7 @@ def _chown_tree(path: Path, uid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
-def _repo_root() -> str:
+def repo_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
@@ -154,7 +154,7 @@ class WorkerProcess:
             self.fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
         env.update({
-            "PYTHONPATH": _repo_root(),
+            "PYTHONPATH": repo_root(),
             "PYTHONDONTWRITEBYTECODE": "1",
             "OMP_NUM_THREADS": str(spec.threads),  # a candidate's OpenMP gets what the reference gets
             "MKL_NUM_THREADS": str(spec.threads),
