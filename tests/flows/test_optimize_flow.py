@@ -22,8 +22,10 @@ def test_flow_optimizes_a_folder_with_one_mlflow_run_per_module(run_env: dict[st
     (folder / "broken.py").write_text("import torch\nfrom helpers import SIZE\n" + RING)
     store = tmp_path / "mlruns.db"
     env = run_env | {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "PYTHONPATH": str(Path(__file__).parents[2])}
+    # Run outside the checkout: with no model named, optimize takes ./models/contrastive_rl when it exists,
+    # and a checkout where `make run` has trained one wrote ten candidates instead of the template's two.
     done = subprocess.run([sys.executable, "-m", "flows.optimize", str(folder), "--out", str(tmp_path / "out"),
-                           "--trials", "5", "--correctness-trials", "2"], cwd=Path(__file__).parents[2], env=env,
+                           "--trials", "5", "--correctness-trials", "2"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 of 2 modules could not be optimised" in done.stderr and "No module named 'helpers'" in done.stderr
