@@ -437,20 +437,21 @@ def test_builds_pause_for_timing_unless_the_config_lets_them_go_on() -> None:
     assert EvalConfig(builds_beside_timing=True).hash == EvalConfig().hash  # when, not what, is measured
 
 
-def test_a_device_waiting_for_a_groups_builds_lets_them_go_on_a_gpu_host() -> None:
-    """Groups.take, blocked on the first group's build, lets that build go on while another device times
-    (QUIET.letting_go), and holds it again once the group is taken; not on a CPU device."""
-    slow = _group("needs-build")
-    sha = slow[1][0].sha256
+def test_a_device_waiting_for_builds_lets_every_pending_build_go_on_a_gpu_host() -> None:
+    """Groups.take, blocked with no group ready, lets every pending build go on while another device times
+    (QUIET.letting_go), the later groups' too, and holds them again once a group is taken; not on a CPU
+    device."""
+    slow, later = _group("needs-build"), _group("needs-build-later")
+    sha, later_sha = slow[1][0].sha256, later[1][0].sha256
     for let_go in (True, False):
         build: Future[str] = Future()
-        groups = Groups([slow], {sha: build}, let_go=let_go)
-        seen: list[bool] = []
+        groups = Groups([slow, later], {sha: build, later_sha: Future()}, let_go=let_go)
+        seen: list[tuple[bool, bool]] = []
 
-        def finish(build: Future[str] = build, seen: list[bool] = seen) -> None:
-            seen.append(QUIET.free[sha] > 0)
+        def finish(build: Future[str] = build, seen: list[tuple[bool, bool]] = seen) -> None:
+            seen.append((QUIET.free[sha] > 0, QUIET.free[later_sha] > 0))
             build.set_result("")
 
         threading.Timer(0.3, finish).start()
         assert groups.take()[0].problem_id == "needs-build"  # type: ignore[index]
-        assert seen == [let_go] and QUIET.free[sha] == 0
+        assert seen == [(let_go, let_go)] and QUIET.free[sha] == 0 and QUIET.free[later_sha] == 0

@@ -44,7 +44,7 @@ class Groups:
     def __init__(self, groups: list[tuple[Problem, list[Candidate]]], builds: dict[str, Future[tuple[str, float]]],
                  let_go: bool = False) -> None:
         self.groups, self.builds, self.lock = list(groups), builds, threading.Lock()
-        # A GPU host: a device waiting for a group lets that group's builds go on beside the other
+        # A GPU host: a device waiting for a group lets every pending build go on beside the other
         # devices' timing (Quiet.letting_go). Not on a CPU device, whose timing shares the builds' cores.
         self.let_go = let_go
 
@@ -66,11 +66,15 @@ class Groups:
                 for i, (_problem, cands) in enumerate(self.groups):
                     if self._ready(cands):
                         return self.groups.pop(i)
-                pending = [self.builds[c.sha256] for _p, cands in self.groups for c in cands
-                           if c.sha256 in self.builds and not self.builds[c.sha256].done()]
+                waiting = {c.sha256 for _p, cands in self.groups for c in cands
+                           if c.sha256 in self.builds and not self.builds[c.sha256].done()}
+                pending = [self.builds[sha] for sha in waiting]
                 first = self.groups[0][0].problem_id
-                needed = {c.sha256 for c in self.groups[0][1] if c.sha256 in self.builds
-                          and not self.builds[c.sha256].done()} if self.let_go else set()
+                # Every pending build, not only the first group's: the groups left all wait for builds, and
+                # the builds that end a cold run are the ones still paused by another device's timing (on
+                # two H100s the last group's build took 137 s in the batch against 73 s alone while both
+                # devices waited for it, docs/gpu-runs.md#2026-11-26-two-gpu-failfast).
+                needed = waiting if self.let_go else set()
             if not block:
                 return None
             with QUIET.letting_go(needed):
