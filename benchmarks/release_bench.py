@@ -161,9 +161,12 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
         figures["details"]["two_gpu"] = two_gpu
 
 
-def update_two_gpu(figures: dict[str, Any], one: Path, two: Path, command: str, date: str) -> dict[str, Any]:
+def update_two_gpu(figures: dict[str, Any], one: Path, two: Path, command: str, date: str,
+                   build_cache: str = "empty") -> dict[str, Any]:
     """``figures`` with two_gpu_speedup from a one-GPU and a two-GPU run of the same rows on one machine,
-    and where it came from in ``details.two_gpu`` (its own GPU, date, command and rows)."""
+    and where it came from in ``details.two_gpu`` (its own GPU, date, command and rows, and whether both
+    runs started with an empty build cache or a warm one: a cold run's builds are CPU work that more GPUs
+    do not share out)."""
     one_run, two_run = run_summary(one), run_summary(two)
     ones, twos = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")
     if sorted(e.problem_id for e in ones) != sorted(e.problem_id for e in twos):
@@ -171,7 +174,8 @@ def update_two_gpu(figures: dict[str, Any], one: Path, two: Path, command: str, 
     figures["two_gpu_speedup"] = round(rate(two) / rate(one), 3)
     figures.setdefault("details", {})["two_gpu"] = {
         "gpu": next((e.device_name for e in twos if e.device_name), ""), "date": date, "command": command,
-        "programs": len(twos), "one_gpu_wall_s": one_run["wall_s"], "two_gpu_wall_s": two_run["wall_s"]}
+        "programs": len(twos), "one_gpu_wall_s": one_run["wall_s"], "two_gpu_wall_s": two_run["wall_s"],
+        "build_cache": build_cache}
     return figures
 
 
@@ -183,6 +187,8 @@ def main() -> None:
     ap.add_argument("--update", action="store_true", help="only two_gpu_speedup, into the existing --json")
     ap.add_argument("--one-gpu", type=Path, help="a run on one GPU of the two-GPU machine")
     ap.add_argument("--two-gpu", type=Path, help="the same rows on both GPUs of that machine")
+    ap.add_argument("--build-cache", choices=("empty", "warm"), default="empty",
+                    help="how both runs of --one-gpu and --two-gpu started (recorded with the figure)")
     ap.add_argument("--overhead", type=Path, help="benchmarks/timing_overhead.py --json output")
     ap.add_argument("--overhead-key", default="harness_overhead_us_median",
                     help="which of its summary's medians is the figure (another variant of the loop it measured)")
@@ -198,7 +204,8 @@ def main() -> None:
     if args.update:
         if not (args.one_gpu and args.two_gpu and args.json.exists()):
             ap.error("--update needs --one-gpu, --two-gpu and an existing --json")
-        figures = update_two_gpu(json.loads(args.json.read_text()), args.one_gpu, args.two_gpu, args.command, args.date)
+        figures = update_two_gpu(json.loads(args.json.read_text()), args.one_gpu, args.two_gpu, args.command, args.date,
+                                 args.build_cache)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
         print(json.dumps(figures["details"]["two_gpu"]))
         return
@@ -246,7 +253,7 @@ def main() -> None:
         epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
         figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
     if args.one_gpu and args.two_gpu:
-        update_two_gpu(figures, args.one_gpu, args.two_gpu, args.command, args.date)
+        update_two_gpu(figures, args.one_gpu, args.two_gpu, args.command, args.date, args.build_cache)
     if args.keep_from:
         keep_earlier(figures, json.loads(args.keep_from.read_text()))
     args.json.parent.mkdir(parents=True, exist_ok=True)
