@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# One GPU against two on one two-GPU host, on the same release rows, each run cold (build cache emptied),
-# in one call: the two-GPU run first, so any warm-up of the host favours the one-GPU run. From the
-# repository root on the GPU machine (torch + this package only):
+# One GPU against two on one two-GPU host, on the same release rows, each run cold (build cache emptied) or,
+# with WARM=1, both on a build cache filled by a cold run on both GPUs first; in one call, the two-GPU run
+# before the one-GPU run, so any warm-up of the host favours the one-GPU run. From the repository root on
+# the GPU machine (torch + this package only):
 #
-#   [EVERY=4] [RELEASE=carry/h100.jsonl] [RUN_TIMEOUT=300] [EXTRA="--builds-beside-timing"] bash benchmarks/two_gpu.sh
+#   [EVERY=4] [WARM=1] [RELEASE=carry/h100.jsonl] [RUN_TIMEOUT=300] [EXTRA="--builds-beside-timing"] bash benchmarks/two_gpu.sh
 #
 # Writes $OUT/two1 and $OUT/one1 (release_eval.py's folders) and prints each run's phases, their
 # agreement and the ratio of their rates; then, here:
-#   python benchmarks/release_bench.py --update --one-gpu RUN/one1 --two-gpu RUN/two1 --command "..." \
-#       --json docs/benchmarks/release-h100.json
+#   python benchmarks/release_bench.py --update --one-gpu RUN/one1 --two-gpu RUN/two1 [--build-cache warm] \
+#       --command "..." --json docs/benchmarks/release-h100.json
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-two-gpu}
 RELEASE=${RELEASE:-carry/h100.jsonl}
@@ -18,10 +19,14 @@ ROWS=$(python3 -c "import sys
 from cudal1.problems import load_cudal1_release
 ids = [r.problem.problem_id for r in load_cudal1_release(sys.argv[1]) if r.candidate_source]
 print(','.join(ids[::int(sys.argv[2])]))" "$RELEASE" "${EVERY:-4}")
-for spec in two/cuda:0,cuda:1 one/cuda:0; do
-  IFS=/ read -r name devices <<< "$spec"
-  OUT=$OUT RELEASE=$RELEASE DEVICES=$devices ROWS=$ROWS RUNS=1 NAME=$name RUN_TIMEOUT=${RUN_TIMEOUT:-300} \
-    EXTRA="${EXTRA:-}" bash benchmarks/release_device.sh
+# name/devices/cold. WARM=1: a cold run on both GPUs fills the build cache (ctwo1), then two1 and one1 run on
+# it, so only the devices are compared (a cold run's builds are CPU work a second GPU does not share).
+specs="two/cuda:0,cuda:1/1 one/cuda:0/1"
+[ "${WARM:-0}" = 1 ] && specs="ctwo/cuda:0,cuda:1/1 two/cuda:0,cuda:1/0 one/cuda:0/0"
+for spec in $specs; do
+  IFS=/ read -r name devices cold <<< "$spec"
+  OUT=$OUT RELEASE=$RELEASE DEVICES=$devices ROWS=$ROWS RUNS=1 NAME=$name COLD=$cold \
+    RUN_TIMEOUT=${RUN_TIMEOUT:-300} EXTRA="${EXTRA:-}" bash benchmarks/release_device.sh
   python3 benchmarks/pool_phases.py "$OUT/${name}1/results.jsonl" | sed -n 1,2p
 done
 python3 benchmarks/pool_phases.py "$OUT/two1/results.jsonl" --paired "$OUT/one1/results.jsonl" | tail -n 1
