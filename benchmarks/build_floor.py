@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.candidates import Candidate  # noqa: E402
-from cudal1.evaluator.builds import pin_cuda_arch, prebuild_header, wants_header  # noqa: E402
+from cudal1.evaluator.builds import header_beside, pin_cuda_arch  # noqa: E402
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.schedule import submit_builds  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
@@ -51,13 +51,12 @@ def main() -> None:
     root.chmod(0o711)
     each: dict[str, dict] = {}
     started = time.perf_counter()
-    header: dict[str, object] = {}
+    header = None
     try:
         with ThreadPoolExecutor(max_workers=1) as beside, ThreadPoolExecutor(max_workers=workers) as pool:
             # the batch's precompiled torch header, beside its builds as evaluate_many compiles it
-            if not args.no_header and wants_header([c for _pid, cands in ordered for c in cands], config):
-                future = beside.submit(prebuild_header, root, config)
-                future.add_done_callback(lambda f: header.update(zip(("message", "wall_s"), f.result())))
+            if not args.no_header:
+                header = header_beside(beside, [c for _pid, cands in ordered for c in cands], root, config)
             # the batch's own selection, order and build (each future: its error and its wall)
             builds = submit_builds(pool, ordered, by_id, config, [args.device], root)
             futures = {future: sha for sha, future in builds.items()}
@@ -75,7 +74,8 @@ def main() -> None:
                "build_wall_s_sum": round(sum(walls), 1),
                "build_wall_s_median": statistics.median(walls) if walls else None,
                "slowest": sorted(each.items(), key=lambda kv: -kv[1]["wall_s"])[:8],
-               "failed": sum(bool(v["error"]) for v in each.values()), "header": header or None}
+               "failed": sum(bool(v["error"]) for v in each.values()),
+               "header": dict(zip(("message", "wall_s"), header.result())) if header is not None else None}
     print("summary", json.dumps(summary), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "builds": each}, indent=1))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp  # noqa: E402
 
-from cudal1.evaluator.failfast import shim_dir  # noqa: E402
+from cudal1.evaluator.failfast import first_on_path, shim_dir  # noqa: E402
 from cudal1.evaluator.pch import HEADER, cpath, ninja_file, prepare  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
@@ -104,10 +104,9 @@ def main() -> None:
     print(f"header: {prepared} ({header_s} s)", flush=True)
     plain = {k: v for k, v in os.environ.items() if k != "CPATH"}
     with_header = plain | {"CPATH": cpath(root)}
-    shim = shim_dir()
-    if shim is None:
+    if shim_dir() is None:
         sys.exit("the fail-fast ninja cannot run here (see cudal1.evaluator.failfast.shim_dir)")
-    now = with_header | {"PATH": os.pathsep.join([str(shim), plain.get("PATH", "")])}
+    now = with_header | {"PATH": first_on_path(plain.get("PATH"))}
     results: list[dict[str, Any]] = []
     try:
         for i, (pid, calls) in enumerate(sample):

@@ -13,7 +13,7 @@ from ext_helpers import FAST, fixture_problem
 from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import prebuild
 from cudal1.evaluator.extensions import FAILED
-from cudal1.evaluator.failfast import real_ninja, shim_dir
+from cudal1.evaluator.failfast import first_on_path, real_ninja, shim_dir
 
 BUILD = """rule fail
   command = echo compiling $out; echo "$out: error: boom"; exit 1
@@ -45,6 +45,8 @@ def test_the_shim_finds_the_real_ninja_past_itself() -> None:
     found = real_ninja(own, f"{own}{os.pathsep}{os.environ.get('PATH', '')}")
     assert found is not None and Path(found).parent != own
     assert _ninja(own, "--version").stdout == _ninja(own, "--version", shim=False).stdout
+    assert first_on_path("/usr/bin") == f"{own}{os.pathsep}/usr/bin"  # a worker's PATH (process.py)
+    assert first_on_path(None) == first_on_path("") == str(own)
 
 
 def test_a_failed_compile_stops_the_compiles_still_running(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from cudal1.candidates import (
     load_evaluations,
     save_evaluations,
 )
-from cudal1.evaluator.builds import QUIET, pin_cuda_arch, prebuild_header, wants_header
+from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -196,12 +196,11 @@ def evaluate_many(
     ordered = list(order.items())
     if costs:
         ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
-    # The precompiled torch header, compiled beside the builds rather than in a build slot: the builds
-    # that start before it is there parse the header themselves, with the same result (cudal1.evaluator.pch).
-    header = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch")
-    if wants_header(todo, config):
-        header.submit(prebuild_header, ext_root, config).add_done_callback(_log_header)
-    with header, ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
+            ThreadPoolExecutor(max_workers=workers) as pool:
+        header = header_beside(beside, todo, ext_root, config)  # the precompiled torch header (pch.py)
+        if header is not None:
+            header.add_done_callback(_log_header)
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
         groups = Groups([(by_id[pid], cands) for pid, cands in ordered], builds, let_go=config.is_cuda)
         errors: list[BaseException] = []

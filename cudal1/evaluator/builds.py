@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,16 @@ def wants_header(candidates: Iterable[Candidate], config: EvalConfig) -> bool:
     """Whether a batch compiles the precompiled torch header: on a GPU host, for enough extension builds
     to make up its own compile. On a CPU device the timing would pause it most of the time."""
     return config.is_cuda and len({c.sha256 for c in candidates if mentions_builds(c.source)}) >= pch.MIN_BUILDS
+
+
+def header_beside(executor: Executor, candidates: Iterable[Candidate], extensions_root: Path,
+                  config: EvalConfig) -> Future[tuple[str, float]] | None:
+    """The batch's precompiled torch header started in ``executor``, beside the build pool rather than in a
+    build slot (the builds that start before it is there parse the header themselves, with the same
+    result); None when the batch does not want one (:func:`wants_header`)."""
+    if not wants_header(candidates, config):
+        return None
+    return executor.submit(prebuild_header, extensions_root, config)
 
 
 def prebuild_header(extensions_root: Path, config: EvalConfig) -> tuple[str, float]:

@@ -89,3 +89,12 @@ def shim_dir() -> Path | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return directory
+
+
+def first_on_path(path: str | None) -> str | None:
+    """``path`` (a PATH value, None where unset) with the fail-fast ninja's directory first, so a build
+    finds it before the real ninja; ``path`` as it was where the shim cannot run (:func:`shim_dir`)."""
+    shim = shim_dir()
+    if shim is None:
+        return path
+    return os.pathsep.join([str(shim), *([path] if path else [])])

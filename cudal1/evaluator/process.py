@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal1.evaluator.failfast import shim_dir
+from cudal1.evaluator.failfast import first_on_path
 from cudal1.evaluator.forking import ForkedProcess, fork_worker
 from cudal1.evaluator.pch import cpath
 
@@ -171,8 +171,8 @@ class WorkerProcess:
             "MALLOC_TRIM_THRESHOLD_": str(2**31),
         })
         # torch's extension builds run a ninja that stops at the first failed compile (failfast.py)
-        if (shim := shim_dir()) is not None:
-            env["PATH"] = os.pathsep.join([str(shim), *([env["PATH"]] if env.get("PATH") else [])])
+        if (path := first_on_path(env.get("PATH"))) is not None:
+            env["PATH"] = path
         if spec.hide_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.extensions_dir is not None:
