@@ -293,14 +293,19 @@ def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch)
     first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
                        speedup_high=5.1, device="cuda:1")
     used: list[str] = []
+    references: list[object] = []
 
-    def measured_again(_problem, _candidate, config, **_kwargs) -> Evaluation:
+    def measured_again(_problem, _candidate, config, **kwargs) -> Evaluation:
         used.append(config.device)
+        references.append(kwargs.get("reference"))
         return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
 
     monkeypatch.setattr(batch, "evaluate_candidate", measured_again)
-    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), _Restarts())
+    session = _Restarts()
+    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), session)
     assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
+    # against the batch's own reference worker: no second reference load, no second copy of its memory
+    assert references == [session], references
     assert result.ok and result.extra["recheck_speedups"] == [5.0, 4.9]
 
 

@@ -100,7 +100,7 @@ class _Sink:
 
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
              session: ReferenceSession) -> Evaluation:
-    """CUDA-L1's guard against lucky or hacked outliers: measure again in fresh processes. CUDA-L1 compares
+    """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process. CUDA-L1 compares
     two single figures (reject beyond 10%); here each measurement carries the confidence interval of its
     median, and two measurements agree unless the faster one's interval lies above the slower one's by
     more than ``recheck_limit``: our own timing noise never rejects a program, a speed that does not
@@ -111,18 +111,24 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     The re-measurement runs on the first one's own device (``config.device``), whose loop waits for it. On
     another device of the batch it ran beside that device's own loop, which nothing kept from timing its
     candidate on the same GPU at the same moment, and both figures were the worse for it; this device sat
-    idle meanwhile."""
+    idle meanwhile.
+
+    The candidate is loaded again in a fresh worker; the reference is the batch's own ``session`` (trusted
+    code, which no candidate process can reach). A fresh reference worker beside it cost every
+    re-measurement a reference load, and twice the reference's device memory: L2-34's ran out of memory
+    on an H100 and took 40 s of the release's cold run (docs/gpu-runs.md#2026-11-26-release-failfast)."""
     measured, kept, device = [first], first, config.device
     intervals, agreed = [interval_of(first)], False
 
     def measure() -> Evaluation:
-        return evaluate_candidate(problem, candidate, config, extensions_root=ext_root, quiet=QUIET)
+        return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
+                                  quiet=QUIET)
 
     for _ in range(config.recheck_measurements - 1):
         second = measure()
         if _out_of_memory(second):
-            # Beside the batch's own reference worker (its model, inputs, graphs: L2-34 on an H100,
-            # docs/gpu-runs.md#2026-11-25-fixes-verified): once more with it stopped; it loads again.
+            # The reference worker's cached memory (its model, inputs, graphs) beside a fresh candidate:
+            # once more with it restarted, which gives all of it back; it loads again on its next use.
             session.restart()
             second = measure()
         if _out_of_memory(second):  # alone: the harness's failure

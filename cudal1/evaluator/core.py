@@ -11,7 +11,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -47,13 +47,22 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
 )
 from cudal1.problems import Problem
 
+# A reference record up to this size is fetched one trial ahead, while the candidate runs the trial before,
+# so the two workers run at once; a larger one comes when its trial does (see _correctness).
+RECORD_AHEAD_BYTES = 2 << 30
+
+
+def _record_bytes(record: dict[str, Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in (*record["inputs"], *record["outputs"])
+               if isinstance(t, torch.Tensor))
+
 
 def _correctness(run: Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
-    # One record at a time: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in, 8 GB out), and the
-    # parent holding several beside both workers' copies ran an 80 GB H100 out of memory
-    # (docs/gpu-runs.md#2026-11-23-parent-oom).
+    # One record at a time when records are large: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in,
+    # 8 GB out), and the parent holding several beside both workers' copies ran an 80 GB H100 out of memory
+    # (docs/gpu-runs.md#2026-11-23-parent-oom). Small ones (RECORD_AHEAD_BYTES) come a trial ahead.
     if run.reference.stateful:
         # The output depends on earlier calls (an RNN's hidden state kept in self): the reference starts
         # fresh, as the candidate's new worker does, and each of its records is one call, in trial order.
@@ -62,47 +71,72 @@ def _correctness(run: Run) -> int:
         if run.warmed:  # the candidate's warm-up call ahead moved its state on: built again, as fresh
             check_reply(run.worker.call({"cmd": "reset"}, cfg.build_timeout_s), "reset")
     record = run.reference.records(seeds[:1])[0]
+    small = _record_bytes(record) <= RECORD_AHEAD_BYTES
     run.output_dtypes = [str(o.dtype).replace("torch.", "") if isinstance(o, torch.Tensor) else "float64"
                          for o in record["outputs"]]
     check_precision(run)  # switches lowered at load: only now is it known whether outputs are float32
     # Problem self-test: an output that does not depend on the inputs lets anything constant pass. The
-    # second record is dropped after the test and fetched again for its trial (the reference is seeded).
-    if not run.reference.stateful and outputs_equal(record["outputs"], run.reference.records(seeds[1:2])[0]["outputs"]):
-        if cfg.degenerate_policy == "reject":
-            raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
-        run.flags.add("degenerate_problem")
-    for k in range(cfg.correctness_trials):
-        if k > 0:
-            del record  # freed before the next one arrives
-            record = run.reference.records([seeds[k]])[0]
-        out_path = run.worker.workdir / f"outputs-{secrets.token_hex(8)}.pt"
-        reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
-                                cfg.run_timeout_s)
-        check_reply(reply, f"correctness trial {k + 1}")
-        check_integrity(reply, run)
-        payload = candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
-        if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
-                or not isinstance(payload.get("inputs_after"), list):
-            raise Verdict(Status.RUNTIME_ERROR, f"correctness trial {k + 1}: the worker sent no outputs")
-        # The worker generated its inputs from the seed itself: after the call they must still be the
-        # reference's, bit for bit (neither generated differently nor modified in place).
-        changed = inputs_unchanged(record["inputs"], payload["inputs_after"])
-        if changed:
-            raise Verdict(Status.REJECTED, changed)
-        if reply.get("structure") != record["structure"] and len(record["outputs"]) > 1:
-            raise Verdict(Status.INCORRECT, f"returns a {reply.get('structure')}, the reference a {record['structure']}")
-        result = compare_outputs(record["outputs"], payload["outputs"], cfg)
-        if not result.ok:
-            raise Verdict(Status.INCORRECT, f"correctness trial {k + 1}{' (reused buffers)' if k == 1 else ''}: "
-                          f"{result.reason}", max_abs_error=result.max_abs_error, max_rel_l2_error=result.max_rel_l2_error)
-        run.max_abs = max(run.max_abs, result.max_abs_error)
-        run.max_rel = max(run.max_rel, result.max_rel_l2_error)
-        run.max_scaled = max(run.max_scaled, result.max_scaled_error)
-        run.tolerance_used = max(run.tolerance_used, result.tolerance_used)
-        del payload
+    # second record is kept for its trial when small, dropped and fetched again otherwise (the reference
+    # is seeded).
+    second: dict[str, Any] | None = None
+    if not run.reference.stateful:
+        second = run.reference.records(seeds[1:2])[0]
+        if outputs_equal(record["outputs"], second["outputs"]):
+            if cfg.degenerate_policy == "reject":
+                raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
+            run.flags.add("degenerate_problem")
+        if not small:
+            second = None
+    # Exits (a verdict included) wait for a record in flight: the reference worker is the batch's, and its
+    # next user must find it idle.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-records") as fetch:
+        upcoming: Future[dict[str, Any]] | None = None
+        for k in range(cfg.correctness_trials):
+            if k > 0:
+                del record  # freed before the next one arrives
+                if upcoming is not None:
+                    record = upcoming.result()
+                elif k == 1 and second is not None:
+                    record = second
+                else:
+                    record = run.reference.records([seeds[k]])[0]
+                upcoming, second = None, None
+            if small and k + 1 < cfg.correctness_trials and not (k == 0 and second is not None):
+                upcoming = fetch.submit(lambda seed=seeds[k + 1]: run.reference.records([seed])[0])
+            _candidate_trial(run, record, k)
     if run.tolerance_used > EDGE:
         run.flags.add("tolerance_edge")  # passed, but near its tolerance: the verdict may not repeat
     return cfg.correctness_trials
+
+
+def _candidate_trial(run: Run, record: dict[str, Any], k: int) -> None:
+    """The candidate's correctness trial ``k`` on the seed of the reference's ``record``; raises Verdict."""
+    cfg = run.config
+    out_path = run.worker.workdir / f"outputs-{secrets.token_hex(8)}.pt"
+    reply = run.worker.call({"cmd": "run", "seed": record["seed"], "out_path": str(out_path), "reuse": k == 1},
+                            cfg.run_timeout_s)
+    check_reply(reply, f"correctness trial {k + 1}")
+    check_integrity(reply, run)
+    payload = candidate_payload(reply, out_path, run, f"correctness trial {k + 1}")
+    if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) \
+            or not isinstance(payload.get("inputs_after"), list):
+        raise Verdict(Status.RUNTIME_ERROR, f"correctness trial {k + 1}: the worker sent no outputs")
+    # The worker generated its inputs from the seed itself: after the call they must still be the
+    # reference's, bit for bit (neither generated differently nor modified in place).
+    changed = inputs_unchanged(record["inputs"], payload["inputs_after"])
+    if changed:
+        raise Verdict(Status.REJECTED, changed)
+    if reply.get("structure") != record["structure"] and len(record["outputs"]) > 1:
+        raise Verdict(Status.INCORRECT, f"returns a {reply.get('structure')}, the reference a {record['structure']}")
+    result = compare_outputs(record["outputs"], payload["outputs"], cfg)
+    if not result.ok:
+        raise Verdict(Status.INCORRECT, f"correctness trial {k + 1}{' (reused buffers)' if k == 1 else ''}: "
+                      f"{result.reason}", max_abs_error=result.max_abs_error, max_rel_l2_error=result.max_rel_l2_error)
+    run.max_abs = max(run.max_abs, result.max_abs_error)
+    run.max_rel = max(run.max_rel, result.max_rel_l2_error)
+    run.max_scaled = max(run.max_scaled, result.max_scaled_error)
+    run.tolerance_used = max(run.tolerance_used, result.tolerance_used)
+    del payload
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
