@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from cudal1.candidates import (
     load_evaluations,
     save_evaluations,
 )
-from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
+from cudal1.evaluator.builds import QUIET, header_beside, paused_while_timing, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -256,7 +257,7 @@ class _DeviceLoop:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
             queue = DeviceQueue(self.groups, lambda problem: starter.submit(self._start_reference, problem), self.ahead)
             self.release_ahead = queue.release
-            ahead: RunAhead[WorkerProcess] = RunAhead(self._start_ahead, self._load_ahead, _load_reference,
+            ahead: RunAhead[WorkerProcess] = RunAhead(self._start_ahead, self._load_ahead, self._load_reference,
                                                       self._startable, loader, discard_worker,
                                                       ready=WorkerProcess.is_ready)
             started = time.perf_counter()
@@ -301,7 +302,7 @@ class _DeviceLoop:
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
         result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after(waits), **prepared)
+                          quiet=quiet_after(waits, self.cfg.pause_loads), **prepared)
         if _out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
             # once more with nothing ahead, before the failure is recorded.
@@ -334,21 +335,19 @@ class _DeviceLoop:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
+        with paused_while_timing(worker, self.cfg.pause_loads):
+            return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
+
+    def _load_reference(self, future: Future) -> None:
+        """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
+        session = future.result()
+        if not isinstance(session, str):
+            with paused_while_timing(session.worker, self.cfg.pause_loads), suppress(ReferenceError):
+                session.load()  # a failure is raised again, and reported, when its turn comes
 
     def _startable(self, c: Candidate) -> bool:
         built = c.sha256 not in self.builds or self.builds[c.sha256].done()
         return built and not (self.cfg.static_checks and check_source(c.source).rejected)
-
-
-def _load_reference(future: Future) -> None:
-    """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
-    session = future.result()
-    if not isinstance(session, str):
-        try:
-            session.load()
-        except ReferenceError:
-            pass  # raised again when its turn comes, and reported then
 
 
 def _loaded(future: Future) -> ReferenceSession | str:

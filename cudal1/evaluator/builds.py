@@ -120,6 +120,20 @@ def _members(leaders: set[int], uids: set[int]) -> list[int]:
 
 
 QUIET = Quiet()
+
+
+@contextmanager
+def paused_while_timing(worker: WorkerProcess, pause: bool = True) -> Iterator[None]:
+    """``worker`` (a load ahead, EvalConfig.pause_loads) stopped whenever a device times, until the block
+    ends; a no-op without ``pause``."""
+    if not pause:
+        yield
+        return
+    QUIET.add(worker)
+    try:
+        yield
+    finally:
+        QUIET.discard(worker)
 _WARM_SLOTS: dict[str, threading.Semaphore] = {}  # GPU warm-ups at a time, per device
 _WARM_LOCK = threading.Lock()
 

@@ -74,6 +74,12 @@ class EvalConfig:
     # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
     # holds builds back whenever either device times, and the devices then wait for builds.
     builds_beside_timing: bool = False
+    # Loads ahead (the coming candidates' and references' workers) are stopped while a device times, as
+    # builds are, instead of timing waiting for them to finish. Timing waited 99-120 s of the whole
+    # release's 611-617 s for loads ahead, and a shorter correctness phase only moved time into that wait
+    # (docs/benchmarks/release-h100.md). Off until measured on a GPU: a stopped load's GPU work already
+    # queued still runs when the timing starts.
+    pause_loads: bool = False
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -155,7 +161,7 @@ class EvalConfig:
         # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
         # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing"}
+                "warm_ahead", "builds_beside_timing", "pause_loads"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property
