@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--trial-ms", type=float, default=EvalConfig.target_trial_ms, help="EvalConfig.target_trial_ms")
     ap.add_argument("--builds-beside-timing", action=argparse.BooleanOptionalAction,
                     default=EvalConfig.builds_beside_timing, help="EvalConfig.builds_beside_timing")
+    ap.add_argument("--pause-loads", action=argparse.BooleanOptionalAction, default=EvalConfig.pause_loads,
+                    help="EvalConfig.pause_loads: loads ahead stop while the device times")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -77,7 +79,7 @@ def main() -> None:
     config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
                         clock=args.clock, target_trial_ms=args.trial_ms,
-                        builds_beside_timing=args.builds_beside_timing)
+                        builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     done = [0]

@@ -50,13 +50,14 @@ def test_the_shim_finds_the_real_ninja_past_itself() -> None:
 
 
 def test_a_failed_compile_stops_the_compiles_still_running(tmp_path: Path) -> None:
-    (tmp_path / "build.ninja").write_text(BUILD.format(delay=60))
+    # an odd delay, so that no other process's "sleep" on the machine matches the search below
+    (tmp_path / "build.ninja").write_text(BUILD.format(delay=59.731))
     done = _ninja(tmp_path, "-v", "-j", "3", "bad", "slow-done")
     assert done.returncode != 0
     assert "FAILED: bad" in done.stdout and "bad: error: boom" in done.stdout  # ninja's report, whole
     assert "build stopped: interrupted" in done.stdout
     assert not (tmp_path / "slow-done").exists()  # stopped, not waited for (it would take 60 s)
-    leftover = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True).stdout.split()
+    leftover = subprocess.run(["pgrep", "-f", "sleep 59.731"], capture_output=True, text=True).stdout.split()
     assert not leftover, leftover
 
 
