@@ -101,11 +101,11 @@ class _Sink:
 
 def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
              session: ReferenceSession) -> Evaluation:
-    """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process. CUDA-L1 compares
-    two single figures (reject beyond 10%); here each measurement carries the confidence interval of its
-    median, and two measurements agree unless the faster one's interval lies above the slower one's by
-    more than ``recheck_limit``: our own timing noise never rejects a program, a speed that does not
-    repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
+    """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process.
+    CUDA-L1 compares two single figures (reject beyond 10%); here each measurement carries the confidence
+    interval of its median, and two measurements agree unless the faster one's interval lies above the
+    slower one's by more than ``recheck_limit``: our own timing noise never rejects a program, a speed that
+    does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
     rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
     kept, so a lucky one never counts.
 

@@ -134,6 +134,8 @@ def paused_while_timing(worker: WorkerProcess, pause: bool = True) -> Iterator[N
         yield
     finally:
         QUIET.discard(worker)
+
+
 _WARM_SLOTS: dict[str, threading.Semaphore] = {}  # GPU warm-ups at a time, per device
 _WARM_LOCK = threading.Lock()
 

@@ -87,9 +87,10 @@ class EvalConfig:
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
-    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the same device,
-    # which waits for it: see batch._recheck) and rejected if the two disagree: here, when the faster one's interval
-    # lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two single figures).
+    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the
+    # same device, which waits for it: see batch._recheck) and rejected if the two disagree: here, when the
+    # faster one's interval lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two
+    # single figures).
     recheck_above: float | None = 3.0
     recheck_tolerance: float | None = None  # None: 5% beyond the intervals on CUDA, 50% on a shared CPU
     # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
