@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -62,6 +63,20 @@ def copy_repo(dest: Path) -> Path:
 
 def run(cmd: list[str], repo: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def deploy(repo: Path, env: dict[str, str], *names: str, attempts: int = 3) -> subprocess.CompletedProcess:
+    """``prefect deploy --name ...`` for each of ``names``, tried again while the shared test server answers
+    503: its one SQLite file, written to by every test worker's flows, stayed busy past the client's own
+    five retries once in a fresh-clone CI run (tests/flows/test_cross_gpu.py's fixture). A deployment is
+    upserted by name, so a second try repeats nothing."""
+    cmd = [str(VENV_BIN / "prefect"), "--no-prompt", "deploy", *(a for n in names for a in ("--name", n))]
+    for attempt in range(attempts):
+        done = run(cmd, repo, env)
+        if done.returncode == 0 or "503 Service Unavailable" not in done.stdout + done.stderr:
+            return done
+        time.sleep(5 * (attempt + 1))
+    return done
 
 
 def run_pipeline(repo: Path, env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import VENV_BIN, copy_repo, edit_params, run, stop
+from pipeline_helpers import VENV_BIN, copy_repo, deploy, edit_params, run, stop
 
 POOLS = [{"name": "gpu-a100", "gpu_kind": "A100", "devices": "cpu"},
          {"name": "gpu-h100", "gpu_kind": "H100", "devices": "cpu"}]
@@ -53,8 +53,7 @@ def xg_repo(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -
     for pool in [*POOLS, NO_WORKER]:
         created = run([prefect, "work-pool", "create", "--type", "process", pool["name"], "--overwrite"], repo, run_env)
         assert created.returncode == 0, created.stdout + created.stderr
-    names = [arg for pool in [*POOLS, NO_WORKER] for arg in ("--name", pool["name"])]
-    deployed = run([prefect, "--no-prompt", "deploy", *names], repo, run_env)
+    deployed = deploy(repo, run_env, *(pool["name"] for pool in [*POOLS, NO_WORKER]))
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     logs = tmp_path_factory.mktemp("workers")
     workers = []

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from pipeline_helpers import REPO, VENV_BIN, edit_params, run, stop
+from pipeline_helpers import REPO, VENV_BIN, deploy, edit_params, run, stop
 
 
 def test_prefect_yaml_declares_the_scheduled_pipeline_and_the_evaluate_deployment():
@@ -28,7 +28,7 @@ def test_a_worker_runs_the_pipeline_deployment(pipeline_repo, run_env, tmp_path)
     prefect = str(VENV_BIN / "prefect")
     created = run([prefect, "work-pool", "create", "--type", "process", "cudal1-cpu", "--overwrite"], repo, run_env)
     assert created.returncode == 0, created.stdout + created.stderr
-    deployed = run([prefect, "--no-prompt", "deploy", "--name", "scheduled-retraining"], repo, run_env)
+    deployed = deploy(repo, run_env, "scheduled-retraining")
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     original = (repo / "params.yaml").read_text()
     edit_params(repo, {"report": {"title": "from the deployment"}})
