@@ -24,7 +24,7 @@ from cudal1.candidates import (
     load_evaluations,
     save_evaluations,
 )
-from cudal1.evaluator.builds import QUIET, header_beside, paused_while_timing, pin_cuda_arch
+from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -302,7 +302,7 @@ class _DeviceLoop:
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
         result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after(waits, self.cfg.pause_loads), **prepared)
+                          quiet=quiet_after([] if self.cfg.pause_loads else waits), **prepared)
         if _out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
             # once more with nothing ahead, before the failure is recorded.
@@ -335,14 +335,14 @@ class _DeviceLoop:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        with paused_while_timing(worker, self.cfg.pause_loads):
+        with QUIET.holding(worker, pause=self.cfg.pause_loads):
             return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
         session = future.result()
         if not isinstance(session, str):
-            with paused_while_timing(session.worker, self.cfg.pause_loads), suppress(ReferenceError):
+            with QUIET.holding(session.worker, pause=self.cfg.pause_loads), suppress(ReferenceError):
                 session.load()  # a failure is raised again, and reported, when its turn comes
 
     def _startable(self, c: Candidate) -> bool:

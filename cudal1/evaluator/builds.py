@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,19 @@ class Quiet:
                 if self.depth:
                     self._signal(signal.SIGSTOP, [w for w in self.workers if self.keys.get(w) in held])
 
+    @contextmanager
+    def holding(self, worker: WorkerProcess, key: str = "", pause: bool = True) -> Iterator[None]:
+        """``worker`` stopped whenever a device times, until the block ends (a build worker; a load ahead
+        under EvalConfig.pause_loads); a no-op without ``pause``."""
+        if not pause:
+            yield
+            return
+        self.add(worker, key)
+        try:
+            yield
+        finally:
+            self.discard(worker)
+
     def _signal(self, sig: int, workers: Iterable[WorkerProcess]) -> None:
         leaders = {w.pid for w in workers}
         uids = {w.uid for w in workers if w.uid is not None}
@@ -122,20 +135,6 @@ def _members(leaders: set[int], uids: set[int]) -> list[int]:
 QUIET = Quiet()
 
 
-@contextmanager
-def paused_while_timing(worker: WorkerProcess, pause: bool = True) -> Iterator[None]:
-    """``worker`` (a load ahead, EvalConfig.pause_loads) stopped whenever a device times, until the block
-    ends; a no-op without ``pause``."""
-    if not pause:
-        yield
-        return
-    QUIET.add(worker)
-    try:
-        yield
-    finally:
-        QUIET.discard(worker)
-
-
 _WARM_SLOTS: dict[str, threading.Semaphore] = {}  # GPU warm-ups at a time, per device
 _WARM_LOCK = threading.Lock()
 
@@ -145,18 +144,10 @@ def _warm_slot(device: str) -> threading.Semaphore:
         return _WARM_SLOTS.setdefault(device, threading.Semaphore(2))
 
 
-@contextmanager
-def _quieted(worker: WorkerProcess, config: EvalConfig, key: str = "") -> Iterator[None]:
+def _quieted(worker: WorkerProcess, config: EvalConfig, key: str = "") -> AbstractContextManager[None]:
     """A build worker, stopped while a device times (unless the config lets builds go on beside it, or a
     waiting device lets its ``key`` go, Quiet.letting_go)."""
-    if config.builds_beside_timing:
-        yield
-        return
-    QUIET.add(worker, key)
-    try:
-        yield
-    finally:
-        QUIET.discard(worker)
+    return QUIET.holding(worker, key, pause=not config.builds_beside_timing)
 
 
 def _build_cores(config: EvalConfig) -> tuple[int, ...]:

@@ -78,31 +78,30 @@ def _correctness(run: Run) -> int:
     # Problem self-test: an output that does not depend on the inputs lets anything constant pass. The
     # second record is kept for its trial when small, dropped and fetched again otherwise (the reference
     # is seeded).
-    second: dict[str, Any] | None = None
+    def fetch(seed: int) -> dict[str, Any]:
+        return run.reference.records([seed])[0]
+
+    coming: Future[dict[str, Any]] | None = None  # the next trial's record, when it is on its way or here
     if not run.reference.stateful:
-        second = run.reference.records(seeds[1:2])[0]
+        second = fetch(seeds[1])
         if outputs_equal(record["outputs"], second["outputs"]):
             if cfg.degenerate_policy == "reject":
                 raise Verdict(Status.REJECTED, "the reference's output does not depend on its inputs (degenerate problem)")
             run.flags.add("degenerate_problem")
-        if not small:
-            second = None
+        if small:
+            coming = Future()
+            coming.set_result(second)
+        del second
     # Exits (a verdict included) wait for a record in flight: the reference worker is the batch's, and its
     # next user must find it idle.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-records") as fetch:
-        upcoming: Future[dict[str, Any]] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-records") as pool:
         for k in range(cfg.correctness_trials):
             if k > 0:
-                del record  # freed before the next one arrives
-                if upcoming is not None:
-                    record = upcoming.result()
-                elif k == 1 and second is not None:
-                    record = second
-                else:
-                    record = run.reference.records([seeds[k]])[0]
-                upcoming, second = None, None
-            if small and k + 1 < cfg.correctness_trials and not (k == 0 and second is not None):
-                upcoming = fetch.submit(lambda seed=seeds[k + 1]: run.reference.records([seed])[0])
+                del record  # freed before the next one arrives (unless it came ahead)
+                record = coming.result() if coming is not None else fetch(seeds[k])
+                coming = None
+            if small and coming is None and k + 1 < cfg.correctness_trials:
+                coming = pool.submit(fetch, seeds[k + 1])
             _candidate_trial(run, record, k)
     if run.tolerance_used > EDGE:
         run.flags.add("tolerance_edge")  # passed, but near its tolerance: the verdict may not repeat

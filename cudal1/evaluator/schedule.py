@@ -236,17 +236,17 @@ def _labelled(future: Future, label: str) -> Future:
     return future
 
 
-def quiet_after(waits: list[Future], pause_loads: bool = False) -> Callable[[], AbstractContextManager[str | None]]:
+def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str | None]]:
     """The timing context of a device loop: first the loads running ahead finish, then builds pause. It
     yields the load that ended the wait, so an evaluation can report whose load a long wait was (the
     2026-11-25 release runs spent 23% of their wall in such waits); None when nothing was still loading.
-    The wait's length is the caller's to measure. ``pause_loads`` (EvalConfig.pause_loads): the loads'
-    workers are in the builds' pause (builds.QUIET) while they load, so nothing waits for them here."""
+    The wait's length is the caller's to measure. Under EvalConfig.pause_loads the loads' workers are in
+    the builds' pause (builds.QUIET) while they load, and the caller passes no waits."""
 
     @contextmanager
     def quiet() -> Iterator[str | None]:
         last = None
-        for future in [] if pause_loads else waits:
+        for future in waits:
             if not future.done():
                 wait([future])
                 last = future
