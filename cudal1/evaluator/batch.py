@@ -123,7 +123,7 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
 
     def measure() -> Evaluation:
         return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
-                                  quiet=QUIET)
+                                  quiet=quiet_after([], device))
 
     for _ in range(config.recheck_measurements - 1):
         second = measure()
@@ -302,14 +302,14 @@ class _DeviceLoop:
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
         result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after([] if self.cfg.pause_loads else waits), **prepared)
+                          quiet=quiet_after([] if self.cfg.pause_loads else waits, self.cfg.device), **prepared)
         if _out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
             # once more with nothing ahead, before the failure is recorded.
             wait(waits)
             ahead.clear()
             self.release_ahead()
-            result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=QUIET)
+            result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result
 
@@ -335,14 +335,15 @@ class _DeviceLoop:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        with QUIET.holding(worker, pause=self.cfg.pause_loads):
+        with QUIET.holding(worker, pause=self.cfg.pause_loads, device=self.cfg.device):
             return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
         session = future.result()
         if not isinstance(session, str):
-            with QUIET.holding(session.worker, pause=self.cfg.pause_loads), suppress(ReferenceError):
+            with QUIET.holding(session.worker, pause=self.cfg.pause_loads, device=self.cfg.device), \
+                    suppress(ReferenceError):
                 session.load()  # a failure is raised again, and reported, when its turn comes
 
     def _startable(self, c: Candidate) -> bool:

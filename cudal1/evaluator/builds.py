@@ -31,39 +31,49 @@ from cudal1.problems import Problem
 
 
 class Quiet:
-    """Stops the build workers, and every compiler they started, while a device times a candidate.
+    """Stops the build workers, and every compiler they started, while a device times a candidate; and a
+    device's own loads ahead (EvalConfig.pause_loads) while that device times.
 
     Measured on the H100 (docs/gpu-runs.md#2026-11-23-two-cold): with 13 builds at nice 19 beside the timing, two
     cold runs of the same 67 rows differed by a median 3.2% and a 95th percentile of 28%, and the
     wall-clock check rejected rows in one run and not the other; launch-bound programs (200 calls per
-    trial) moved most. Builds only pause: they resume when no device is timing."""
+    trial) moved most. Builds only pause: they resume when no device is timing. A load ahead belongs to
+    one device (``device``) and pauses only while that one times: with two devices one nearly always
+    times, and loads stopped by either would hardly run."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.workers: set[WorkerProcess] = set()
         self.depth = 0
+        self.device_depth: Counter[str] = Counter()  # devices timing now, each counted once per timing
         self.keys: dict[WorkerProcess, str] = {}  # a build worker's candidate (source hash)
+        self.devices: dict[WorkerProcess, str] = {}  # a load ahead's device
         self.free: Counter[str] = Counter()  # builds let go by devices waiting for them (letting_go)
 
     def _held(self, workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
-        return [w for w in workers if self.free[self.keys.get(w, "")] <= 0]
+        """Those to be stopped now: a device's load while its device times, a build (not let go) while any does."""
+        return [w for w in workers if (self.device_depth[self.devices[w]] > 0 if w in self.devices
+                                       else self.depth > 0 and self.free[self.keys.get(w, "")] <= 0)]
 
-    def add(self, worker: WorkerProcess, key: str = "") -> None:
+    def add(self, worker: WorkerProcess, key: str = "", device: str = "") -> None:
         with self.lock:
             self.workers.add(worker)
             if key:
                 self.keys[worker] = key
-            if self.depth:
-                self._signal(signal.SIGSTOP, self._held([worker]))
+            if device:
+                self.devices[worker] = device
+            self._signal(signal.SIGSTOP, self._held([worker]))
 
     def discard(self, worker: WorkerProcess) -> None:
         """No longer stopped for timing, and running now: a worker taken out while another device times
         would otherwise stay stopped for good (on two H200s, loads waited out their 120 s start that way)."""
         with self.lock:
             if worker in self.workers:
+                stopped = bool(self._held([worker]))
                 self.workers.discard(worker)
                 self.keys.pop(worker, None)
-                if self.depth:
+                self.devices.pop(worker, None)
+                if stopped:
                     self._signal(signal.SIGCONT, [worker])
 
     @contextmanager
@@ -89,13 +99,13 @@ class Quiet:
                     self._signal(signal.SIGSTOP, [w for w in self.workers if self.keys.get(w) in held])
 
     @contextmanager
-    def holding(self, worker: WorkerProcess, key: str = "", pause: bool = True) -> Iterator[None]:
-        """``worker`` stopped whenever a device times, until the block ends (a build worker; a load ahead
-        under EvalConfig.pause_loads); a no-op without ``pause``."""
+    def holding(self, worker: WorkerProcess, key: str = "", pause: bool = True, device: str = "") -> Iterator[None]:
+        """``worker`` stopped whenever a device times (a build worker), or whenever ``device`` does (a load
+        ahead under EvalConfig.pause_loads), until the block ends; a no-op without ``pause``."""
         if not pause:
             yield
             return
-        self.add(worker, key)
+        self.add(worker, key, device)
         try:
             yield
         finally:
@@ -103,6 +113,8 @@ class Quiet:
 
     def _signal(self, sig: int, workers: Iterable[WorkerProcess]) -> None:
         leaders = {w.pid for w in workers}
+        if not leaders:
+            return
         uids = {w.uid for w in workers if w.uid is not None}
         for _pass in range(2 if sig == signal.SIGSTOP else 1):  # again for children started meanwhile
             for pid in _members(leaders, uids):
@@ -112,18 +124,23 @@ class Quiet:
                     pass
 
     @contextmanager
-    def __call__(self) -> Iterator[None]:
+    def __call__(self, device: str = "") -> Iterator[None]:
+        """A device times (``device``: which one, so its own loads stop too)."""
         with self.lock:
+            before = set(self._held(self.workers))
             self.depth += 1
-            if self.depth == 1:
-                self._signal(signal.SIGSTOP, self._held(self.workers))
+            if device:
+                self.device_depth[device] += 1
+            self._signal(signal.SIGSTOP, [w for w in self._held(self.workers) if w not in before])
         try:
             yield
         finally:
             with self.lock:
+                before = set(self._held(self.workers))
                 self.depth -= 1
-                if self.depth == 0:
-                    self._signal(signal.SIGCONT, self.workers)
+                if device:
+                    self.device_depth[device] -= 1
+                self._signal(signal.SIGCONT, [w for w in before if w not in self._held(self.workers)])
 
 
 def _members(leaders: set[int], uids: set[int]) -> list[int]:

@@ -33,6 +33,7 @@ class EvalConfig:
     device: str = "cpu"  # "cpu" or "cuda:N"
     # --- correctness
     correctness_trials: int = 5  # fresh, unpredictable seeds each; one trial reuses the previous buffers
+    edge_trials: int = 15  # more correctness trials for a program that passed using over EDGE of its tolerance
     tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
@@ -74,12 +75,12 @@ class EvalConfig:
     # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
     # holds builds back whenever either device times, and the devices then wait for builds.
     builds_beside_timing: bool = False
-    # Loads ahead (the coming candidates' and references' workers) are stopped while a device times, as
+    # Loads ahead (the coming candidates' and references' workers) are stopped while their device times, as
     # builds are, instead of timing waiting for them to finish. Timing waited 99-120 s of the whole
     # release's 611-617 s for loads ahead, and a shorter correctness phase only moved time into that wait
-    # (docs/benchmarks/release-h100.md). Off until measured on a GPU: a stopped load's GPU work already
-    # queued still runs when the timing starts.
-    pause_loads: bool = False
+    # (docs/benchmarks/release-h100.md); on 42 release rows the waits went from 17-21 s to 0.1-0.2 s
+    # (docs/gpu-runs.md#2026-11-26-pause-loads-sample).
+    pause_loads: bool = True
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -116,6 +117,8 @@ class EvalConfig:
                              "first measurement and its re-measurement)")
         if self.ci_target is not None and not (0 < self.ci_target < 1):
             raise ValueError(f"ci_target={self.ci_target}: a relative half-width in (0, 1), e.g. 0.01")
+        if self.edge_trials < 0:
+            raise ValueError(f"edge_trials={self.edge_trials}: must be 0 (no more trials near the tolerance) or more")
         if self.remeasure < 0 or self.max_timing_s <= 0:
             raise ValueError(f"remeasure={self.remeasure}, max_timing_s={self.max_timing_s}: remeasure >= 0 "
                              "and max_timing_s > 0")

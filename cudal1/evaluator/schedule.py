@@ -236,12 +236,12 @@ def _labelled(future: Future, label: str) -> Future:
     return future
 
 
-def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str | None]]:
-    """The timing context of a device loop: first the loads running ahead finish, then builds pause. It
-    yields the load that ended the wait, so an evaluation can report whose load a long wait was (the
-    2026-11-25 release runs spent 23% of their wall in such waits); None when nothing was still loading.
-    The wait's length is the caller's to measure. Under EvalConfig.pause_loads the loads' workers are in
-    the builds' pause (builds.QUIET) while they load, and the caller passes no waits."""
+def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractContextManager[str | None]]:
+    """The timing context of a device loop: first the loads running ahead finish, then builds pause, and
+    ``device``'s own loads ahead when they are held in the pause (EvalConfig.pause_loads, where the caller
+    passes no waits). It yields the load that ended the wait, so an evaluation can report whose load a
+    long wait was (the 2026-11-25 release runs spent 23% of their wall in such waits); None when nothing
+    was still loading. The wait's length is the caller's to measure."""
 
     @contextmanager
     def quiet() -> Iterator[str | None]:
@@ -250,7 +250,7 @@ def quiet_after(waits: list[Future]) -> Callable[[], AbstractContextManager[str 
             if not future.done():
                 wait([future])
                 last = future
-        with QUIET():
+        with QUIET(device):
             yield None if last is None else getattr(last, "cudal1_label", "a load ahead")
 
     return quiet

@@ -1,0 +1,119 @@
+"""Replays other stopping rules for the timed trials on runs already made, and says what each would have
+cost and how well the runs would have agreed.
+
+Every evaluation records its trials' median per-call times (``extra.trial_ms``, in the order timed), all
+its speedup, interval and stopping rule come from. A rule here is (least trials, most trials, interval
+target): trials are taken in the recorded order until at least the least are in and the 95% interval of
+the median speedup lies within the target of it, or the most are in. Rules can only stop earlier than the
+runs did (a rule's ceiling above a run's is cut at the trials recorded). Runs are folders written by
+benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
+
+    python benchmarks/stopping_rules.py RUN/a RUN/b [RUN/c ...] [--rules 5:15:0.02,5:8:0.02,5:5:0] [--json out.json]
+
+Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
+the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal1.evaluator.timing import Measurement, TrialPair  # noqa: E402
+
+Rule = tuple[int, int, float]
+
+
+def parse_rules(text: str) -> list[Rule]:
+    """``least:most:target`` items, comma-separated.
+
+    >>> parse_rules("5:15:0.02,5:5:0")
+    [(5, 15, 0.02), (5, 5, 0.0)]
+    """
+    rules = []
+    for item in text.split(","):
+        least, most, target = item.split(":")
+        rules.append((int(least), int(most), float(target)))
+    return rules
+
+
+def replay(trial_ms: list[list[float]], rule: Rule) -> tuple[float, int]:
+    """The speedup a rule reports on these trials, and how many trials it takes.
+
+    >>> replay([[2.0, 1.0]] * 5 + [[4.0, 1.0]] * 10, (5, 15, 0.02))  # five equal trials: stop at five
+    (2.0, 5)
+    >>> replay([[2.0, 1.0], [3.0, 1.0], [2.0, 1.0], [3.0, 1.0], [2.0, 1.0], [9.0, 1.0]], (5, 8, 0.02))
+    (2.5, 6)
+    """
+    least, most, target = rule
+    pairs = [TrialPair([r], [c], 0.0, 0.0) for r, c in trial_ms]
+    n = min(least, len(pairs))
+    while True:
+        m = Measurement.from_pairs(pairs[:n])
+        if n >= min(most, len(pairs)) or m.half_width <= target:
+            return m.speedup, n
+        n += 1
+
+
+def load_run(run: Path) -> dict[str, dict[str, Any]]:
+    """Rows ok with recorded trials, by problem id: their trials, seconds a trial, whether re-measured."""
+    rows = {}
+    for line in (run / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        extra = json.loads(r["extra"]) if isinstance(r.get("extra"), str) else (r.get("extra") or {})
+        if r["status"] != "ok" or not extra.get("trial_ms") or r["candidate_id"].startswith("template"):
+            continue
+        rows[r["problem_id"]] = {"trial_ms": extra["trial_ms"], "rechecked": "recheck_speedup" in extra,
+                                 "trial_s": extra.get("timing_s", 0.0) / max(len(extra["trial_ms"]), 1)}
+    return rows
+
+
+def gaps_summary(gaps: list[float]) -> dict[str, float]:
+    gaps = sorted(gaps)
+    return {"median": statistics.median(gaps), "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))]}
+
+
+def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
+    """One rule over every run: trials and timing seconds per run, agreement of every pair of runs."""
+    replayed = {name: {pid: replay(row["trial_ms"], rule) for pid, row in rows.items()} for name, rows in runs.items()}
+    cost = {name: sum(n * runs[name][pid]["trial_s"] for pid, (_, n) in rows.items()) for name, rows in replayed.items()}
+    trials = {name: sum(n for _, n in rows.values()) for name, rows in replayed.items()}
+    pairs = {}
+    for a, b in itertools.combinations(runs, 2):
+        common = sorted(set(replayed[a]) & set(replayed[b]))
+        gaps = [abs(replayed[b][p][0] - replayed[a][p][0]) / replayed[a][p][0] for p in common]
+        if gaps:
+            pairs[f"{a}~{b}"] = gaps_summary(gaps) | {"rows": len(gaps)}
+    medians = [v["median"] for v in pairs.values()]
+    p95s = [v["p95"] for v in pairs.values()]
+    return {"rule": list(rule), "trials": trials, "timing_s": {k: round(v, 1) for k, v in cost.items()},
+            "agreement_median_mean": round(statistics.mean(medians), 4) if medians else None,
+            "agreement_p95_mean": round(statistics.mean(p95s), 4) if p95s else None, "pairs": pairs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--rules", default="5:15:0.02,5:12:0.02,5:10:0.02,5:8:0.02,5:15:0.03,5:10:0.03,5:15:0.05,5:5:0")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    runs = {str(run): load_run(run) for run in args.runs}
+    results = [evaluate(runs, rule) for rule in parse_rules(args.rules)]
+    print(f"{'rule':>14} {'trials':>8} {'timing s':>9} {'agree med':>9} {'agree p95':>9}")
+    for r in results:
+        least, most, target = r["rule"]
+        print(f"{least:>3}:{most:>2}:{target:<6} {sum(r['trials'].values()):>8} {sum(r['timing_s'].values()):>9.1f} "
+              f"{r['agreement_median_mean']:>9.4f} {r['agreement_p95_mean']:>9.4f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
