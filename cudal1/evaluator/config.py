@@ -75,12 +75,12 @@ class EvalConfig:
     # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
     # holds builds back whenever either device times, and the devices then wait for builds.
     builds_beside_timing: bool = False
-    # Loads ahead (the coming candidates' and references' workers) are stopped while their device times, as
-    # builds are, instead of timing waiting for them to finish. Timing waited 99-120 s of the whole
-    # release's 611-617 s for loads ahead, and a shorter correctness phase only moved time into that wait
-    # (docs/benchmarks/release-h100.md); on 42 release rows the waits went from 17-21 s to 0.1-0.2 s
-    # (docs/gpu-runs.md#2026-11-26-pause-loads-sample).
-    pause_loads: bool = True
+    # Loads ahead (the coming candidates' and references' workers) stopped while their device times, as
+    # builds are, instead of timing waiting for them to finish. Measured on the whole release on an H100
+    # (docs/gpu-runs.md#2026-11-26-release-pause-loads): the waits before timing went from 120 s to 1.5 s,
+    # and each row's wait for its own load from 40 s to 100 s; the evaluations summed to about the same.
+    # The loads take their time either way; stopped, they also sit on device memory longer. Off.
+    pause_loads: bool = False
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.

@@ -24,7 +24,6 @@ class TrialPair:
     # Seconds each timed thread waited for a core held by another process (contention.py; 0 on CUDA)
     reference_wait_s: float = 0.0
     candidate_wait_s: float = 0.0
-    calls_implied: int = 0  # calls per trial that this trial's own calls imply (calls_per_trial); 0: unknown
 
     @property
     def wait_share(self) -> float:

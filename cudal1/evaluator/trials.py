@@ -104,59 +104,34 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
                           f"{result.reason} — the candidate behaves differently once timed")
     # On a GPU the waits are only traced: its timed workers have a core of their own, nothing is set aside
     counted = (ref_wait, cand_wait) if not cfg.is_cuda else (0.0, 0.0)
-    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, *counted, calls_implied=calls_per_trial(cfg, [ref, cand]))
+    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, *counted)
 
 
-def recalibrated(iters: int, first: TrialPair) -> int | None:
-    """Calls per trial again, from the first trial's calls, when they imply more than twice or less than
-    half the calibration's; None otherwise. The calibration's two calls per program are the first timed
-    calls of a fresh worker, and one slow pair of them set a row's calls per trial: L1-55 (0.2 ms a call)
-    got 4-5 calls a trial in two runs of six and 33-53 in the others, and its speedup read 1.02-1.04 against
-    1.06-1.17 (docs/gpu-runs.md#2026-11-26-pause-loads-sample). A trial's calls are many and past first use.
-
-    >>> recalibrated(4, TrialPair([0.2] * 4, [0.2] * 4, 0.01, 0.01, calls_implied=130))
-    130
-    >>> recalibrated(100, TrialPair([0.2] * 4, [0.2] * 4, 0.01, 0.01, calls_implied=130)) is None
-    True
-    """
-    implied = first.calls_implied
-    return implied if implied and (implied > 2 * iters or 2 * implied < iters) else None
-
-
-def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair], int]:
+def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
     """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
     more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
     Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
     program waited for a core held by another process (contention.py) is set aside and another one timed
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
-    set aside make up the number and the measurement is flagged "contended". When the first trial's calls
-    imply calls per trial far from the calibration's, the trials start again with those (recalibrated).
-    Returns the pairs measured from, every pair timed and the calls per trial."""
+    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
+    from and every pair timed."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
     checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
     clean: list[TrialPair] = []
     contended: list[TrialPair] = []
-    first = True
     while True:
         pair = _trial(run, iters, len(clean) + len(contended) in checked)
-        if first and (better := recalibrated(iters, pair)) is not None:
-            # timed again with calls per trial from this trial's calls; this trial is not used (its
-            # calls per trial were another's), and its fingerprints and spot checks were checked all the same
-            run.flags.add("recalibrated")
-            iters, first = better, False
-            continue
-        first = False
         (contended if pair.contended else clean).append(pair)
         total = len(clean) + len(contended)
         spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
         if len(clean) >= cfg.timing_trials:
             if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
-                return clean, clean + contended, iters
+                return clean, clean + contended
         elif spent:
             run.flags.update(("contended", "noisy"))
             contended.sort(key=lambda p: p.wait_share)
-            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended, iters
+            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
 
 
 def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
@@ -164,7 +139,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     cfg = run.config
     started = time.perf_counter()
     iters = _calibrate(run)
-    pairs, timed, iters = _pairs(run, iters, started)
+    pairs, timed = _pairs(run, iters, started)
     best = Measurement.from_pairs(pairs)
     used, measurements = pairs, 1
     if forged_timing(pairs, cfg.wallclock_slack):
@@ -191,8 +166,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
 
 def trial_medians(pairs: list[TrialPair]) -> list[list[float]]:
     """Each trial's median per-call time of the reference and of the candidate (ms, 4 significant digits),
-    in the order timed: all the reported speedup, its interval and the stopping rule are computed from, so
-    anyone can recompute them from the record, or replay another stopping rule
+    in the order timed: the reported speedup, its interval and the stopping rule are computed from these
+    alone, so anyone can recompute them from the record, or replay another stopping rule on them
     (benchmarks/stopping_rules.py).
 
     >>> trial_medians([TrialPair([1.0, 2.0, 9.0], [0.123456], 0.0, 0.0)])
