@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate"]
+MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -19,7 +19,7 @@ def test_doctests(name: str) -> None:
         assert result.attempted > 0, f"{name} should carry doctests"
 
 
-@pytest.mark.parametrize("script", ["release_bench", "pool_phases"])
+@pytest.mark.parametrize("script", ["release_bench", "pool_phases", "stopping_rules"])
 def test_benchmark_summary_doctests(script: str) -> None:
     """The summaries in benchmarks/ are scripts, not modules of the package: load them by path."""
     import importlib.util

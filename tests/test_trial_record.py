@@ -1,0 +1,48 @@
+"""Each evaluation records its trials' median times (extra.trial_ms): the reported speedup, its interval
+and the trial count are recomputed from them alone, and benchmarks/stopping_rules.py replays the rule in
+use on them to the same figure. A real evaluation on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.core import evaluate_candidate
+from cudal1.evaluator.timing import Measurement, TrialPair
+from cudal1.problems import load_starter_suite
+
+CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=5, remeasure=1, target_trial_ms=5.0,
+                    recheck_above=None, static_checks=False)
+
+
+def _stopping_rules():  # a script of benchmarks/, loaded by path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stopping_rules.py"
+    spec = importlib.util.spec_from_file_location("stopping_rules", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_recorded_trials_give_the_reported_figures_and_replay_to_them(tmp_path: Path) -> None:
+    problem = load_starter_suite()[0]
+    result = evaluate_candidate(problem, Candidate(problem.problem_id, problem.source.replace("class Model",
+                                                                                              "class ModelNew")), CONFIG)
+    assert result.status is Status.OK, result.reason
+    trials = result.extra["trial_ms"]
+    assert len(trials) == result.trials and CONFIG.timing_trials <= len(trials) <= 10
+    again = Measurement.from_pairs([TrialPair([r], [c], 0.0, 0.0) for r, c in trials])
+    # four significant digits recorded: the figures agree to that rounding
+    assert abs(again.speedup / result.speedup - 1) < 1e-3
+    assert abs(again.low / result.speedup_low - 1) < 1e-3 and abs(again.high / result.speedup_high - 1) < 1e-3
+    # the replay of the rule in use stops where the run stopped (or at its ceiling) with the same figure
+    rules = _stopping_rules()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text(json.dumps(result.to_row()) + "\n")
+    rows = rules.load_run(run)
+    speedup, n = rules.replay(rows[problem.problem_id]["trial_ms"], (5, 10, CONFIG.interval_target))
+    assert n == len(trials) and abs(speedup / result.speedup - 1) < 1e-3
