@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from release_bench import agreement  # noqa: E402  the published figures' own definition of agreement
+
+from cudal1.candidates import Evaluation, Status  # noqa: E402
 from cudal1.evaluator.timing import Measurement, TrialPair  # noqa: E402
 
 Rule = tuple[int, int, float]
@@ -75,22 +79,18 @@ def load_run(run: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def gaps_summary(gaps: list[float]) -> dict[str, float]:
-    gaps = sorted(gaps)
-    return {"median": statistics.median(gaps), "p95": gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))]}
-
-
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
     """One rule over every run: trials and timing seconds per run, agreement of every pair of runs."""
     replayed = {name: {pid: replay(row["trial_ms"], rule) for pid, row in rows.items()} for name, rows in runs.items()}
     cost = {name: sum(n * runs[name][pid]["trial_s"] for pid, (_, n) in rows.items()) for name, rows in replayed.items()}
     trials = {name: sum(n for _, n in rows.values()) for name, rows in replayed.items()}
+    figures = {name: {pid: Evaluation(pid, "replayed", Status.OK, speedup=s) for pid, (s, _) in rows.items()}
+               for name, rows in replayed.items()}
     pairs = {}
     for a, b in itertools.combinations(runs, 2):
-        common = sorted(set(replayed[a]) & set(replayed[b]))
-        gaps = [abs(replayed[b][p][0] - replayed[a][p][0]) / replayed[a][p][0] for p in common]
-        if gaps:
-            pairs[f"{a}~{b}"] = gaps_summary(gaps) | {"rows": len(gaps)}
+        found = agreement(figures[a], figures[b])
+        if found["rows"]:
+            pairs[f"{a}~{b}"] = {"median": found["median"], "p95": found["p95"], "rows": found["rows"]}
     medians = [v["median"] for v in pairs.values()]
     p95s = [v["p95"] for v in pairs.values()]
     return {"rule": list(rule), "trials": trials, "timing_s": {k: round(v, 1) for k, v in cost.items()},

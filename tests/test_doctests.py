@@ -6,6 +6,7 @@ import doctest
 import importlib
 
 import pytest
+from scripts import load_script
 
 MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate"]
 
@@ -21,14 +22,7 @@ def test_doctests(name: str) -> None:
 
 @pytest.mark.parametrize("script", ["release_bench", "pool_phases", "stopping_rules"])
 def test_benchmark_summary_doctests(script: str) -> None:
-    """The summaries in benchmarks/ are scripts, not modules of the package: load them by path."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{script}.py"
-    spec = importlib.util.spec_from_file_location(script, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The summaries in benchmarks/ are scripts, not modules of the package: loaded by path."""
+    module = load_script(script)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -3,16 +3,11 @@ load is stopped while the device times and goes on afterwards. Real workers on t
 
 from __future__ import annotations
 
-import subprocess
-import time
-from pathlib import Path
-
 import pytest
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
-from cudal1.evaluator.builds import Quiet
 from cudal1.problems import load_starter_suite
 
 # The second problem's candidate takes 4 s to import: its load runs ahead while the first one is checked
@@ -38,43 +33,3 @@ def test_timing_waits_for_a_slow_load_ahead_only_without_pause(pause: bool) -> N
     assert results[second.problem_id].speedup is not None
     assert config.hash == CONFIG.hash  # how loads wait is not part of what is measured
 
-
-class _Proc:
-    """Stands for a WorkerProcess: what Quiet signals (a session leader's pid, no uid of its own)."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(["sleep", "60.517"], start_new_session=True)
-        self.pid, self.uid = self.process.pid, None
-
-    def stopped(self) -> bool:
-        for _ in range(50):  # a signal is delivered asynchronously
-            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            if state in "Tt":
-                return True
-            time.sleep(0.01)
-        return False
-
-
-def test_a_load_ahead_stops_only_while_its_own_device_times_and_a_build_while_any_does() -> None:
-    """On two GPUs one device nearly always times: loads stopped by either device would hardly run."""
-    quiet = Quiet()
-    load0, load1, build = _Proc(), _Proc(), _Proc()
-    try:
-        with quiet.holding(load0, device="cuda:0"), quiet.holding(load1, device="cuda:1"), quiet.holding(build):
-            assert not (load0.stopped() or load1.stopped() or build.stopped())
-            with quiet("cuda:0"):
-                assert load0.stopped() and build.stopped() and not load1.stopped()
-                with quiet("cuda:1"):
-                    assert load1.stopped()
-                assert load1.stopped() is False and load0.stopped() and build.stopped()
-            assert not (load0.stopped() or build.stopped())
-            with quiet("cuda:1"):
-                added = _Proc()  # a load that starts while its device times is stopped at once
-                with quiet.holding(added, device="cuda:1"):
-                    assert added.stopped()
-                assert not added.stopped()  # let go when its load ends, though the device still times
-                added.process.kill()
-    finally:
-        for p in (load0, load1, build):
-            p.process.kill()
-            p.process.wait()

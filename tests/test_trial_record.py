@@ -4,9 +4,10 @@ use on them to the same figure. A real evaluation on the CPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from scripts import load_script
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
@@ -16,15 +17,6 @@ from cudal1.problems import load_starter_suite
 
 CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=5, remeasure=1, target_trial_ms=5.0,
                     recheck_above=None, static_checks=False)
-
-
-def _stopping_rules():  # a script of benchmarks/, loaded by path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stopping_rules.py"
-    spec = importlib.util.spec_from_file_location("stopping_rules", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_recorded_trials_give_the_reported_figures_and_replay_to_them(tmp_path: Path) -> None:
@@ -39,7 +31,7 @@ def test_the_recorded_trials_give_the_reported_figures_and_replay_to_them(tmp_pa
     assert abs(again.speedup / result.speedup - 1) < 1e-3
     assert abs(again.low / result.speedup_low - 1) < 1e-3 and abs(again.high / result.speedup_high - 1) < 1e-3
     # the replay of the rule in use stops where the run stopped (or at its ceiling) with the same figure
-    rules = _stopping_rules()
+    rules = load_script("stopping_rules")
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.jsonl").write_text(json.dumps(result.to_row()) + "\n")
