@@ -35,7 +35,7 @@ from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.core import calls_per_trial  # noqa: E402
 from cudal1.evaluator.probes import Fingerprints, fingerprint, flatten  # noqa: E402
 from cudal1.evaluator.worker import Worker  # noqa: E402
-from cudal1.evaluator.workers import new_seed  # noqa: E402
+from cudal1.evaluator.workers import draws_path, new_seed  # noqa: E402
 from cudal1.problems import Problem, load_cudal1_release, load_problems  # noqa: E402
 
 
@@ -50,15 +50,17 @@ def _median_ms(step: Callable[[], Any], sync: Callable[[], None], repeats: int) 
     return statistics.median(times)
 
 
-def _load(problem: Problem, device: torch.device) -> Worker:
+def _load(problem: Problem, device: torch.device, device_draws: bool = EvalConfig.device_draws) -> Worker:
     """The problem's reference in a worker, loaded as the default EvalConfig loads it (graph inputs asked
-    for: the eager path stays available through ``_inputs_for`` and by dropping ``graphed``)."""
+    for: the eager path stays available through ``_inputs_for`` and by dropping ``graphed``); with the
+    harness's draw kernels where ``device_draws`` and they compile (``worker.counted``)."""
     with tempfile.TemporaryDirectory(prefix="cudal1-overhead-") as tmp:
         path = Path(tmp) / "reference.py"
         path.write_text(problem.source)
         worker = Worker(str(device), 1, flush_l2=True)
+        config = EvalConfig(device=str(device), device_draws=device_draws)
         reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0,
-                             "graph_inputs": EvalConfig.graph_inputs})
+                             "graph_inputs": EvalConfig.graph_inputs, "device_draws": draws_path(config)})
         if not reply.get("ok"):
             raise RuntimeError(f"reference did not load: {reply}")
     return worker
@@ -109,8 +111,13 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
     result["harness_overhead_us_20_calls"] = batch_overhead(worker, calls=20)["harness_overhead_us"]
     result["loop_us"] = loop_breakdown(worker, calls=max(repeats, 20) * 5)
     result["input_plan"] = worker.plan is not None
+    result["device_draws"] = worker.counted is not None
+    if cuda and worker.counted is not None:  # the same loop on torch's generators, in a worker of its own
+        torch_draws = _load(problem, device, device_draws=False)
+        result["harness_overhead_us_torch_draws"] = batch_overhead(torch_draws, calls=calls)["harness_overhead_us"]
+        del torch_draws
     if cuda:
-        worker.graphed = None
+        worker.graphed, worker.counted = None, None  # torch's eager draws, as the loop was
         result["harness_overhead_us_eager_events"] = batch_overhead(worker, calls=calls, clock="events")["harness_overhead_us"]
         result["primitives_us"] = primitives()
     return result
@@ -120,7 +127,7 @@ def protocol_calls(worker: Worker) -> int:
     """Calls per trial as the parent chooses them under the default protocol (core.calls_per_trial, from
     a two-call batch), so a trial lasts about target_trial_ms."""
     reply = worker.time_trial({"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed(), new_seed()],
-                               "spot": [], "print_key": new_seed()})
+                               "spot": [], "print_key": new_seed(), "device_draws": worker.counted is not None})
     return calls_per_trial(EvalConfig(), [reply])
 
 
@@ -160,9 +167,12 @@ def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
     cuda = worker.device.type == "cuda"
     flush, graph, model = worker.l2, worker.graphed, worker.model
     assert flush is not None and model is not None
-    prints = Fingerprints(worker.device, new_seed(), calls=calls)
+    kernels = worker.counted.kernels if worker.counted is not None else None
+    prints = Fingerprints(worker.device, new_seed(), calls=calls, kernels=kernels)  # the sums as time_trial takes them
     steps: dict[str, list[float]] = {}
     seeds = [new_seed() for _ in range(calls)]
+    if worker.counted is not None:
+        worker.counted.start(seeds[0])
     worker._sync()
     stamps: list[tuple[str, float]] = []
 
@@ -225,7 +235,7 @@ def batch_overhead(worker: Worker, calls: int, batches: int = 5, clock: str = "h
     per_call, forward, overhead = [], [], []
     for _ in range(batches):
         msg = {"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed() for _ in range(calls)],
-               "spot": [], "print_key": new_seed(), "clock": clock}
+               "spot": [], "print_key": new_seed(), "clock": clock, "device_draws": worker.counted is not None}
         worker.time_trial(msg | {"seeds": msg["seeds"][:2]})  # warm-up batch: first-call effects out
         t0 = time.perf_counter()
         reply = worker.time_trial(msg)
@@ -272,7 +282,8 @@ def main() -> None:
         report["_summary"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                               "problems": len(overheads),
                               "harness_overhead_us_median": round(statistics.median(overheads), 1)}
-        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_eager_events", "protocol_calls"):
+        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_eager_events", "harness_overhead_us_torch_draws",
+                    "protocol_calls"):
             values = [r[key] for r in report.values() if key in r]
             if values:
                 report["_summary"][f"{key}_median"] = round(statistics.median(values), 1)

@@ -32,6 +32,7 @@ class Run:
     tolerance_used: float = 0.0  # the largest share of its tolerance the output used (compare.Comparison)
     output_dtypes: list[str] = field(default_factory=list)
     lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
+    device_draws: bool = False  # both workers draw timed inputs with the harness's kernels (device_draws.py)
     warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(

@@ -61,6 +61,11 @@ class EvalConfig:
     # graphed.py), checked bit-identical to the eager draws at load (tests/gpu passed with it on the H100,
     # docs/gpu-runs.md#2026-11-25-graph); the eager path stays wherever the graph cannot stand in.
     graph_inputs: bool = True
+    # CUDA only: the timed calls' random inputs drawn by the harness's own kernels from a counter the
+    # device advances (cudal1/evaluator/device_draws.py), so a graph replay needs no refill of torch's
+    # generator state: same distributions as get_inputs (checked at load), not the same bits, so it is
+    # part of the measurement's hash. Off, or where nvcc cannot compile them, torch's generators draw.
+    device_draws: bool = True
     # A batch's candidates get ready ahead. One loaded ahead makes its first call there (fresh inputs,
     # output discarded; a failure is the load's), so lazy kernel loading, a cached torch.compile's tracing
     # and library handles are paid beside another candidate's checks, not in its own first correctness

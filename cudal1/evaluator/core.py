@@ -41,6 +41,7 @@ from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers impo
     compare_device,
     default_extensions_root,
     device_name,
+    draws_path,
     module_file,
     new_seed,
     prepare_candidate_worker,
@@ -173,6 +174,7 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
                          "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
+                         "device_draws": draws_path(config) if not build_only else None,
                          "build_only": build_only},  # no plan, so no graph either
                         config.build_timeout_s + config.load_timeout_s)
     # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
@@ -232,6 +234,10 @@ def evaluate_candidate(
         check_integrity(reply, run)
         if reply.get("graphed") and reference.graphed:
             run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
+        # Both programs are timed on the harness kernels' draws, or both on torch's (the same inputs either way)
+        run.device_draws = bool(reply.get("device_draws")) and reference.device_draws
+        if run.device_draws:
+            run.flags.add("device_draws")
         result = replace(result, build_s=reply.get("build_s"))
         run.warmed = reply.get("first_call_s") is not None
         # Kept whatever the verdict: where the first call's cost and torch.compile's start went

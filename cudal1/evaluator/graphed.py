@@ -19,16 +19,17 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator.inputs import InputPlan, explicit_generator, follow_state, identical
+from cudal1.evaluator.inputs import InputPlan, explicit_generator, follow_offset, follow_state, identical
 
 
 class GraphedInputs:
     """Replays a captured graph of a plan's draws (and the L2 flush) for a seed."""
 
     def __init__(self, graph: Any, made: list[torch.Tensor], plan: InputPlan, cpu_generator: torch.Generator,
-                 device_generator: torch.Generator, follow: torch.Generator | None = None) -> None:
+                 device_generator: torch.Generator | None, follow: torch.Generator | None = None) -> None:
         self.graph, self.made, self.plan = graph, made, plan
-        self.cpu_generator, self.device_generator, self.follow = cpu_generator, device_generator, follow
+        self.cpu_generator, self.follow = cpu_generator, follow
+        self.device_generator: torch.Generator = device_generator  # type: ignore[assignment]  # None: CountedInputs
         self.storage = [t.untyped_storage().data_ptr() for t in made]
         self.shapes = [(t.shape, t.stride(), t.storage_offset()) for t in made]
 
@@ -87,6 +88,66 @@ def capture(plan: InputPlan, device: torch.device, cpu_generator: torch.Generato
                 return None
         return graphed
     except Exception:  # noqa: BLE001 - any failure to capture keeps the eager path, which is always correct
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001 - a device in error fails the load right after, where it is reported
+            pass
+        return None
+
+
+class CountedInputs(GraphedInputs):
+    """Replays a captured graph of the harness kernels' work for a call (cudal1.evaluator.device_draws: the
+    counter advanced and the previous call's staging copy, the draws) and the L2 flush: no torch generator
+    is in the graph, so a replay is one launch."""
+
+    def __init__(self, graph: Any, made: list[torch.Tensor], counted: Any) -> None:
+        super().__init__(graph, made, counted.plan, counted.cpu_generator, None, counted.follow)
+        self.counted = counted
+
+    def draw(self, seed: int, pending: tuple[int, int, int] | None = None) -> list[Any]:
+        """The batch's next inputs, and the L2 flush queued behind them; the generators as after
+        ``get_inputs()`` for ``seed``. ``pending``: the previous call's staging copy (source, destination,
+        bytes; probes.Fingerprints.queue), made by the replay before anything else."""
+        self.counted.kernels.hand(pending)  # every replay: never a copy an earlier one was handed
+        self.cpu_generator.manual_seed(seed)
+        self.graph.replay()
+        follow_offset(self.follow, seed, self.counted.offset)
+        made = [t.detach() for t in self.made]
+        return [made[v] if is_draw else v for is_draw, v in self.plan.items]
+
+
+def capture_counted(counted: Any, device: torch.device, flush_buffer: torch.Tensor | None,
+                    seeds: tuple[int, int] = (24680, 13579)) -> CountedInputs | None:
+    """A graph of a call's kernel work (``counted``'s draws) and ``flush_buffer.zero_()``, or None
+    where capture fails or a replay is not bit-identical to the eager draws of the same call (two
+    seeds, two calls each). Runs at load, before any candidate code."""
+    kernels = counted.kernels
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            kernels.make(counted.plan, counted.draws)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # first node: the previous output is copied before the draws or the flush touch anything
+            made = kernels.make(counted.plan, counted.draws)
+            if flush_buffer is not None:
+                flush_buffer.zero_()
+        graphed = CountedInputs(graph, made, counted)
+        for seed in seeds:
+            replayed = []
+            counted.start(seed)
+            for _ in range(2):
+                replayed.append([x.clone() if isinstance(x, torch.Tensor) else x for x in graphed.draw(seed)])
+            counted.start(seed)
+            eager = [counted.inputs(seed) for _ in range(2)]
+            torch.cuda.synchronize(device)
+            if not all(identical(a, b) for a, b in zip(replayed, eager)):
+                return None
+        return graphed
+    except Exception:  # noqa: BLE001 - any failure to capture keeps the eager draws, the same values
         try:
             torch.cuda.synchronize(device)
         except Exception:  # noqa: BLE001 - a device in error fails the load right after, where it is reported

@@ -62,12 +62,20 @@ class InputPlan:
         """This seed's inputs, as ``get_inputs()`` gives them after the same seeding. Random draws on the
         device come from ``device_generator`` (the worker's own, see :func:`follow_state`); ``follow``,
         the device's default generator, is then left where ``get_inputs()`` would leave it."""
+        made = self.made(seed, cpu_generator, device_generator)
+        follow_state(follow, seed, device_generator)
+        return self.assemble(made)
+
+    def made(self, seed: int, cpu_generator: torch.Generator, device_generator: torch.Generator | None) -> list[Any]:
+        """The draws themselves, in order, for this seed (what :meth:`assemble` puts together)."""
         cpu_generator.manual_seed(seed)
         if device_generator is not None:
             device_generator.manual_seed(seed)
-        made = [func(*args, **explicit_generator(func, kwargs, cpu_generator, device_generator), **kwargs)
+        return [func(*args, **explicit_generator(func, kwargs, cpu_generator, device_generator), **kwargs)
                 for func, args, kwargs in self.draws]
-        follow_state(follow, seed, device_generator)
+
+    def assemble(self, made: list[Any]) -> list[Any]:
+        """``get_inputs()``'s list from the draws: each item a draw or the constant it returned."""
         return [made[v] if is_draw else v for is_draw, v in self.items]
 
 
@@ -96,6 +104,15 @@ def follow_state(default: torch.Generator | None, seed: int, drawn: torch.Genera
         return
     default.manual_seed(seed)
     default.set_offset(drawn.get_offset())
+
+
+def follow_offset(default: torch.Generator | None, seed: int, offset: int) -> None:
+    """As :func:`follow_state`, for draws that did not come from a torch generator: the default generator
+    left at ``seed`` and the offset ``get_inputs()``'s draws reach (recorded once at load)."""
+    if default is None:
+        return
+    default.manual_seed(seed)
+    default.set_offset(offset)
 
 
 def _plan(calls: list[tuple[Any, tuple, dict, Any]], result: Any) -> InputPlan | None:

@@ -121,6 +121,14 @@ class L2Flush:
             self.driver.cuCtxSetLimit(0x06, 0)
             self.driver.cuCtxResetPersistingL2Cache()
 
+    def after_replay(self) -> None:
+        """After a replay that flushed L2 without resetting persisting lines first (none had been set aside
+        in this process): if the last call set some aside, reset them and flush again, so this call too
+        starts without them. From then on the reset runs before every replay (``touched``). The query
+        runs while the device works through the replay, not before it."""
+        if self.enabled and not self.touched and self.driver is not None and self._persisting():
+            self()
+
     def _persisting(self) -> bool:
         """Whether persisting L2 was ever set aside in this process (a host-side query, no device work:
         with no set-aside no line can persist, and the reset costs ~30 us a call)."""
@@ -197,8 +205,12 @@ class Fingerprints:
     Sums of float64 outputs are float64; of lower precisions float32 (see :data:`ACCUMULATION`).
     """
 
-    def __init__(self, device: torch.device, key: int, calls: int = 1, stage_bytes: int = 256 << 20) -> None:
+    def __init__(self, device: torch.device, key: int, calls: int = 1, stage_bytes: int = 256 << 20,
+                 kernels: Any = None) -> None:
         self.device, self.key = device, key
+        # The harness's kernels (device_draws.DeviceDraws): the sums in one float64 pass instead of torch's
+        # reductions. Both programs of a row sum the same way (the parent's device_draws).
+        self.kernels = kernels
         self.calls, self.stage_bytes = max(1, calls), stage_bytes
         self.table: list[tuple[int, torch.Tensor]] = []  # (first call, [calls, outputs, 4] float64)
         self.numels: list[list[float]] = []
@@ -255,6 +267,18 @@ class Fingerprints:
         return w.view(m, -1)
 
     def add(self, outputs: list[Any], seed: int) -> None:
+        self.record(self.queue(outputs)[0], seed)
+
+    def record(self, numels: list[float], seed: int) -> None:
+        """The queued call's bookkeeping (what :meth:`queue` returned), before the next call is queued."""
+        self.numels.append(numels)
+        self.seeds.append(seed)
+
+    def queue(self, outputs: list[Any], defer: bool = False) -> tuple[list[float], tuple[int, int, int] | None]:
+        """Queue the copy of a call's outputs into their staging rows; :meth:`record` follows. ``defer``:
+        a single output already in its staging dtype and memory order on this device is not copied here;
+        its (source, destination, bytes) is returned for the next graph replay's first node
+        (graphed.CountedInputs), which the caller launches before anything else touches the output."""
         call = len(self.numels)
         tensors, layout, numels = [], [], []
         for j, o in enumerate(outputs):
@@ -278,7 +302,6 @@ class Fingerprints:
                 tensors.append(x.permute(order))
             numels.append(float(n))
             layout.append((shape, n, dtype if dtype.is_floating_point else torch.float64, order))
-        self.numels.append(numels)
         key = tuple(layout)
         if key != self.layout or len(self.seeds) == self.capacity:
             self._flush()
@@ -290,9 +313,13 @@ class Fingerprints:
             self.rows = [buf.view(self.capacity, *(shape[d] for d in order)).unbind(0)
                          for buf, (shape, _, _, order) in zip(self.stage, entries)]
         row = len(self.seeds)
+        if defer and len(tensors) == 1 and len(outputs) == 1:
+            x, target = tensors[0], self.rows[0][row]
+            if x.dtype == target.dtype and x.device == self.device and x.is_contiguous() and x.shape == target.shape:
+                return numels, (x.data_ptr(), target.data_ptr(), x.numel() * x.element_size())
         for rows, x in zip(self.rows, tensors):
             rows[row].copy_(x)  # one launch, strides and integer -> float64 included
-        self.seeds.append(seed)
+        return numels, None
 
     def _rows(self) -> int:
         """Calls a staging buffer holds: the batch, within stage_bytes (the sums need as much again)."""
@@ -308,6 +335,9 @@ class Fingerprints:
         entries = [entry for entry in self.layout or () if entry is not None]
         for buf, (shape, _, _, order) in zip(self.stage, entries):
             x = buf[:m]
+            if self.kernels is not None and x.is_cuda:
+                columns.append(self._kernel_sums(x, shape, order, offsets))
+                continue
             # float64 outputs (and integers, staged as float64) sum in float64; the rest in float32, whose
             # reductions run at full memory bandwidth (float64 accumulation of a float32 tensor ran 4x
             # slower on an H100, 15x on a CPU) and round within ACCUMULATION. On a CPU, sum |x| is a sum
@@ -322,6 +352,16 @@ class Fingerprints:
         sums = torch.stack(columns, dim=1) if columns else torch.empty((m, 0, 4), dtype=f64, device=self.device)
         self.table.append((self.first, sums))
         self.seeds, self.stage = [], []
+
+    def _kernel_sums(self, x: torch.Tensor, shape: tuple[int, ...], order: tuple[int, ...],
+                     offsets: torch.Tensor) -> torch.Tensor:
+        """The four sums of ``_flush`` by the harness's kernel: the weights of :meth:`_weights`, element by
+        element, from P in memory order and A at each call's offset along the longest dimension."""
+        shape, order = tuple(shape) or (1,), tuple(order) or (0,)
+        p, a = self._pattern(shape, order)
+        longest = max(range(len(shape)), key=lambda d: (shape[d], -d))
+        stride = math.prod(shape[d] for d in order[order.index(longest) + 1:])
+        return self.kernels.sums(x, p, a, offsets, stride, shape[longest])
 
     def values(self) -> list[list[list[float]]]:
         """All calls' fingerprints, in one copy to the host."""

@@ -40,7 +40,7 @@ def time_candidate(run: Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float
 def _calibrate(run: Run) -> int:
     cfg = run.config
     msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
-           "spot": [], "clock": cfg.clock}
+           "spot": [], "clock": cfg.clock, "device_draws": run.device_draws}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = time_candidate(run, msg)
     return calls_per_trial(cfg, [ref, cand])
@@ -58,7 +58,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock}
+           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py); on a

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import extensions, graphed, inputs, probes, transport
+from cudal1.evaluator import device_draws, extensions, graphed, inputs, probes, transport
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -120,12 +120,20 @@ def _own_code() -> dict[str, Any]:
     names.update({f"worker.{n}": getattr(module, n) for n in _PROBES + ("_device_sync", "_no_sync")})
     names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
     names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
-    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting")})
+    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting",
+                                                                     "after_replay")})
     names["InputPlan.draw"] = inputs.InputPlan.draw
     names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
     names["graphed.follow_state"] = graphed.follow_state
     names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
-    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "values", "_order", "_pattern", "_weights", "_flush", "_rows")})
+    names["CountedInputs.draw"] = graphed.CountedInputs.draw
+    names.update({f"InputPlan.{n}": getattr(inputs.InputPlan, n) for n in ("made", "assemble")})
+    names["inputs.follow_offset"] = inputs.follow_offset
+    names.update({f"Counted.{n}": getattr(device_draws.Counted, n) for n in ("start", "inputs")})
+    names.update({f"DeviceDraws.{n}": getattr(device_draws.DeviceDraws, n) for n in ("start", "fill", "begin", "make", "_launch",
+                                                                                "hand", "sums")})
+    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order", "_pattern",
+                                                                         "_weights", "_flush", "_rows", "_kernel_sums")})
     return names
 
 
@@ -159,6 +167,7 @@ class Worker(ReferenceRole):
         self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
         self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
         self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
+        self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
 
     # --- integrity -------------------------------------------------------------------------------
@@ -208,10 +217,17 @@ class Worker(ReferenceRole):
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         self.l2 = L2Flush(self.device, self.flush_l2)
-        self.graphed = None
-        if msg.get("graph_inputs") and self.plan is not None:
-            self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator,
-                                           self.l2.buf if self.l2.enabled else None, follow=self.default_generator)
+        self.graphed, self.counted, draws_note = None, None, ""
+        if msg.get("device_draws") and self.plan is not None and self.generator is not None:
+            # the timed calls' draws by the harness's kernels, checked against get_inputs' (device_draws.py)
+            self.counted, draws_note = device_draws.prepare(msg["device_draws"], self.plan, self.device,
+                                                            _cpu_generator, self.generator, self.default_generator)
+        flush_buffer = self.l2.buf if self.l2.enabled else None
+        if msg.get("graph_inputs") and self.counted is not None:
+            self.graphed = graphed.capture_counted(self.counted, self.device, flush_buffer)
+        elif msg.get("graph_inputs") and self.plan is not None:
+            self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator, flush_buffer,
+                                           follow=self.default_generator)
         self._snapshot()
         if msg["role"] == "candidate":
             if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
@@ -227,7 +243,8 @@ class Worker(ReferenceRole):
         self.reset({})
         stateful = msg["role"] == "reference" and not build_only and self._stateful()
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
-                "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start}
+                "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start,
+                "device_draws": self.counted is not None} | ({"device_draws_note": draws_note} if draws_note else {})
 
     def warm_compile(self) -> None:
         """torch.compile's own start, before the snapshot and before any program code: Inductor's imports
@@ -322,9 +339,14 @@ class Worker(ReferenceRole):
         recorded around it (``clock="events"``) time the same interval plus the latency of their own two
         records, ~20 us of harness on the H100 host (docs/benchmarks/release-h100.md)."""
         cuda = self.device.type == "cuda"
-        graph = self.graphed  # captured on CUDA only
+        # The harness kernels' draws where the parent says both programs have them, torch's otherwise
+        counted = self.counted if msg.get("device_draws") else None
+        graph = self.graphed if isinstance(self.graphed, graphed.CountedInputs) == (counted is not None) else None
+        eager = counted.inputs if counted is not None else self._inputs_for
+        if counted is not None:
+            counted.start(msg["seeds"][0] if msg["seeds"] else 0)  # the batch's key; calls advance its counter
         for seed in msg["warmup_seeds"]:
-            self._forward(graph.draw(seed) if graph is not None else self._inputs_for(seed))
+            self._forward(graph.draw(seed) if graph is not None else eager(seed))
         assert self.l2 is not None and self.model is not None
         self.l2.heat()
         self._sync()
@@ -341,7 +363,8 @@ class Worker(ReferenceRole):
         model, clock = self.model, time.perf_counter
         host_ms: list[float] = []
         spots: dict[str, Any] = {}
-        prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds))
+        prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds),
+                              kernels=counted.kernels if counted is not None else None)
 
         def timed() -> list[float]:
             if not events:
@@ -349,16 +372,32 @@ class Worker(ReferenceRole):
             sync()
             return [start.elapsed_time(end) for start, end in events[:len(host_ms)]]
 
+        counted_graph = graph if isinstance(graph, graphed.CountedInputs) else None
+
+        def draw(seed: int, pending: tuple[int, int, int] | None = None) -> list[Any]:
+            """A call's inputs and the L2 flush, queued on the device (behind the previous call's staging
+            copy, which the counted graph makes as its first node)."""
+            if counted_graph is not None:
+                l2 = self.l2
+                assert l2 is not None
+                if l2.touched:
+                    l2.reset_persisting()  # persisting lines set aside before: reset them before the flush
+                made = counted_graph.draw(seed, pending)
+                l2.after_replay()
+                return made
+            if graph is not None:
+                self.l2.reset_persisting()  # type: ignore[union-attr]
+                return graph.draw(seed)  # the draws, then the L2 flush: one launch
+            fresh = eager(seed)
+            self.l2()  # type: ignore[misc]
+            return fresh
+
         call_ms: list[float] = []  # each call with the harness's work around it, on the host's clock
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
+            call_t0 = clock()
+            upcoming = draw(seeds[0]) if seeds else []
             for i, seed in enumerate(seeds):
-                call_t0 = clock()
-                if graph is not None:
-                    self.l2.reset_persisting()
-                    inputs = graph.draw(seed)  # the draws, then the L2 flush: one launch
-                else:
-                    inputs = self._inputs_for(seed)
-                    self.l2()
+                inputs, upcoming = upcoming, []
                 sync()  # device idle: no harness work or earlier call overlaps the timed region
                 if events:
                     events[i][0].record(stream)
@@ -376,14 +415,23 @@ class Worker(ReferenceRole):
                 if fake:
                     return {"ok": True, "ms": timed(), "host_ms": host_ms,
                             "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
-                prints.add(outputs, seed)
+                # the outputs' copies, queued before the next call's inputs and flush (or made by its graph)
+                staged, pending = prints.queue(outputs, defer=counted_graph is not None and i + 1 < len(seeds))
                 if i in spot:
                     problems = inspect_outputs(outputs, inputs, self.device)
                     if problems:
                         return {"ok": True, "ms": timed(), "host_ms": host_ms, "problems": problems}
                     spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
-                del out, inputs, outputs
-                call_ms.append((clock() - call_t0) * 1e3)
+                del inputs
+                if i + 1 < len(seeds):
+                    # The next call's inputs and flush are queued now, and the host's bookkeeping below
+                    # runs while the device flushes L2 instead of before it.
+                    upcoming = draw(seeds[i + 1], pending)
+                del out, outputs  # after the replay that copies them, where it does
+                prints.record(staged, seed)
+                now = clock()
+                call_ms.append((now - call_t0) * 1e3)
+                call_t0 = now
         ms = timed()
         if graph is not None and not graph.intact():
             self.graphed = None  # the graph writes where the inputs no longer are: eager from here on

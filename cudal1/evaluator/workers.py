@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import Candidate
+from cudal1.evaluator import device_draws
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.transport import TransportError, receive
@@ -34,6 +35,15 @@ def default_extensions_root() -> Path:
     root.mkdir(exist_ok=True)
     root.chmod(0o711)
     return root / torch.__version__
+
+
+def draws_path(config: EvalConfig) -> str | None:
+    """The harness's compiled draw kernels for a worker's load (EvalConfig.device_draws), compiled on first
+    use; None off CUDA, when turned off, or where they cannot be compiled (torch's draws then)."""
+    if not (config.is_cuda and config.device_draws):
+        return None
+    path = device_draws.fatbin(default_extensions_root().parent)
+    return str(path) if path is not None else None
 
 
 def new_seed() -> int:
@@ -173,6 +183,7 @@ class ReferenceSession:
         self.worker = self._new_worker()
         self.build_s = 0.0
         self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
+        self.device_draws = False  # its worker draws timed inputs with the harness's kernels (device_draws.py)
         self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
         self._loaded = False
         self._failure = ""
@@ -193,7 +204,8 @@ class ReferenceSession:
         try:
             self.worker.wait_ready(self.config.load_timeout_s)
             reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
-                                      "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs},
+                                      "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs,
+                                      "device_draws": draws_path(self.config)},
                                      self.config.build_timeout_s)
         except WorkerFailure as exc:
             self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
@@ -205,6 +217,7 @@ class ReferenceSession:
             raise ReferenceError(self._failure)
         self.build_s = reply.get("build_s", 0.0)
         self.graphed = bool(reply.get("graphed"))
+        self.device_draws = bool(reply.get("device_draws"))
         self.stateful = bool(reply.get("stateful"))
         self._loaded = True
 
