@@ -107,7 +107,7 @@ class CountedInputs(GraphedInputs):
     def draw(self, seed: int, pending: tuple[int, int, int] | None = None) -> list[Any]:
         """The batch's next inputs, and the L2 flush queued behind them; the generators as after
         ``get_inputs()`` for ``seed``. ``pending``: the previous call's staging copy (source, destination,
-        bytes; probes.Fingerprints.queue), made by the replay before anything else."""
+        bytes; fingerprints.Fingerprints.queue), made by the replay before anything else."""
         self.counted.kernels.hand(pending)  # every replay: never a copy an earlier one was handed
         self.cpu_generator.manual_seed(seed)
         self.graph.replay()

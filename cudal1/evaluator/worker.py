@@ -11,8 +11,6 @@ This module imports torch and the standard library only: it is the GPU evaluatio
 
 from __future__ import annotations
 
-import builtins
-import json
 import os
 import socket
 import sys
@@ -25,6 +23,9 @@ from typing import Any
 import torch
 
 from cudal1.evaluator import device_draws, extensions, graphed, inputs, probes, transport
+from cudal1.evaluator.identity import GUARDED as _GUARDED
+from cudal1.evaluator.identity import PROBES as _PROBES
+from cudal1.evaluator.identity import harness_code
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -46,7 +47,7 @@ _manual_seed = torch.manual_seed
 _cpu_generator = torch.default_generator
 # The current device's synchronize, taken before any candidate code runs (the worker sets its device
 # first): torch.cuda.synchronize wraps it in a device guard and a lazy-init check, ~5 us a call on the
-# H100 host, twice a timed call. Guarded by identity below like the public function.
+# H100 host, twice a timed call. Guarded by identity (identity.GUARDED) like the public function.
 _device_sync = torch._C._cuda_synchronize if hasattr(torch._C, "_cuda_synchronize") else None
 
 
@@ -55,40 +56,6 @@ _empty_cache = torch.cuda.empty_cache  # bound before any program runs, like the
 
 def _no_sync() -> None:
     """A CPU device: calls are synchronous."""
-
-# What a candidate must not replace: checked for identity after every command.
-_GUARDED = {
-    "time.perf_counter": lambda: time.perf_counter,
-    "time.monotonic": lambda: time.monotonic,
-    "time.time": lambda: time.time,
-    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
-    "torch._C._cuda_synchronize": lambda: getattr(torch._C, "_cuda_synchronize", None),
-    "torch.cuda.Event": lambda: torch.cuda.Event,
-    "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
-    "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
-    "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
-    "torch.cuda.CUDAGraph.replay": lambda: torch.cuda.CUDAGraph.replay,
-    "torch.allclose": lambda: torch.allclose,
-    "torch.equal": lambda: torch.equal,
-    "torch.save": lambda: torch.save,
-    "torch.load": lambda: torch.load,
-    "torch.Tensor.__eq__": lambda: torch.Tensor.__eq__,
-    "torch.Tensor.to": lambda: torch.Tensor.to,
-    "torch.Tensor.clone": lambda: torch.Tensor.clone,
-    "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
-    "torch.Tensor.detach": lambda: torch.Tensor.detach,
-    "torch.Tensor.cpu": lambda: torch.Tensor.cpu,
-    "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
-    "builtins.type": lambda: builtins.type,
-    "builtins.isinstance": lambda: builtins.isinstance,
-    "json.dumps": lambda: json.dumps,
-    "os.write": lambda: os.write,
-    "socket.send_fds": lambda: socket.send_fds,
-    "transport.Mapping.allocate": lambda: vars(transport.Mapping)["allocate"],  # the classmethod object itself
-}
-
-_PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags",
-           "lowered_precision")
 
 
 def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleType:
@@ -112,28 +79,14 @@ def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleT
 
 
 def _own_code() -> dict[str, Any]:
-    """The harness's own methods and helpers: a candidate that wraps them (found through gc or
-    sys.modules) to rewrite replies is caught by identity, like a patched torch function."""
+    """The harness's own methods and helpers (the worker's here, then :func:`identity.harness_code`'s): a
+    candidate that wraps them (found through gc or sys.modules) to rewrite replies is caught by identity,
+    like a patched torch function."""
     names = {f"Worker.{n}": getattr(Worker, n) for n in ("load", "run", "time_trial", "reference_outputs",
                                                          "_forward", "_inputs_for", "_sync", "_ship", "violations")}
     module = sys.modules[__name__]
     names.update({f"worker.{n}": getattr(module, n) for n in _PROBES + ("_device_sync", "_no_sync")})
-    names.update({f"probes.{n}": getattr(probes, n) for n in _PROBES})
-    names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
-    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting",
-                                                                     "after_replay")})
-    names["InputPlan.draw"] = inputs.InputPlan.draw
-    names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
-    names["graphed.follow_state"] = graphed.follow_state
-    names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
-    names["CountedInputs.draw"] = graphed.CountedInputs.draw
-    names.update({f"InputPlan.{n}": getattr(inputs.InputPlan, n) for n in ("made", "assemble")})
-    names["inputs.follow_offset"] = inputs.follow_offset
-    names.update({f"Counted.{n}": getattr(device_draws.Counted, n) for n in ("start", "inputs")})
-    names.update({f"DeviceDraws.{n}": getattr(device_draws.DeviceDraws, n) for n in ("start", "fill", "begin", "make", "_launch",
-                                                                                "hand", "sums")})
-    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order", "_pattern",
-                                                                         "_weights", "_flush", "_rows", "_kernel_sums")})
+    names.update(harness_code())
     return names
 
 
