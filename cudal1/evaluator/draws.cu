@@ -90,7 +90,7 @@ extern "C" __global__ void cudal1_draw(void* out, long long n, int kind, int dty
 }
 
 // A call's first node: the call counter advanced (the draws after it read the new value), and the previous
-// call's output copied into its staging row (probes.Fingerprints): the host writes {source, destination,
+// call's output copied into its staging row (fingerprints.Fingerprints): the host writes {source, destination,
 // bytes} into pinned memory instead of launching a copy. Zero bytes: nothing to copy (the host writes the
 // slot before every replay).
 extern "C" __global__ void cudal1_begin(const unsigned long long* slot, unsigned long long* key) {
@@ -117,7 +117,7 @@ extern "C" __global__ void cudal1_begin(const unsigned long long* slot, unsigned
 template <typename T>
 __device__ __forceinline__ double load(const void* x, long long i) { return (double)static_cast<const T*>(x)[i]; }
 
-// A staged batch's fingerprint sums in one pass (probes.Fingerprints): per row (call) r and element e,
+// A staged batch's fingerprint sums in one pass (fingerprints.Fingerprints): per row (call) r and element e,
 // sum x, sum |x|, sum x*w, sum x^2 in float64, w = P[e] * A[offset_r + (e / stride) % size], the weights the
 // torch path builds as a tensor (Fingerprints._weights). Block (chunk, row) writes its four partial sums;
 // the caller adds the chunks. Deterministic: a fixed order for fixed shapes.
