@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,9 @@ _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64:
            torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8}
 _FLOATS = {torch.float32, torch.float16, torch.bfloat16, torch.float64}
 THREADS = 256
-_built: dict[Path, Path | None] = {}
+_built: dict[Path, Future[Path | None]] = {}
 _lock = threading.Lock()
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-draws")
 
 
 def nvcc() -> str | None:
@@ -60,20 +62,50 @@ def nvcc() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-def flags() -> list[str]:
-    arch = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS]
-    return ["--fatbin", "-O3", *arch, f"-gencode=arch=compute_{ARCHS[-1]},code=compute_{ARCHS[-1]}"]
+def local_archs() -> tuple[str, ...]:
+    """The compute capabilities of this machine's GPUs, from nvidia-smi (no CUDA context in the parent);
+    ARCHS where it cannot tell.
+
+    >>> isinstance(local_archs(), tuple)
+    True
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ARCHS
+    try:
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ARCHS
+    found = sorted({line.strip().replace(".", "") for line in out.splitlines() if line.strip()})
+    return tuple(found) if found and all(a.isdigit() for a in found) else ARCHS
+
+
+def flags(archs: tuple[str, ...] = ARCHS) -> list[str]:
+    """nvcc's flags: machine code for each of ``archs``, and the PTX of the last for later devices.
+
+    >>> flags(("90",))
+    ['--fatbin', '-O3', '-gencode=arch=compute_90,code=sm_90', '-gencode=arch=compute_90,code=compute_90']
+    """
+    arch = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    return ["--fatbin", "-O3", *arch, f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+
+
+def prefetch(root: Path) -> None:
+    """Start compiling in the background, so a worker's start hides it: on a fresh H100 host the first
+    ``evaluate-one`` waited about 4 s for the five targets of ARCHS (docs/gpu-runs.md#2026-11-26-device-draws);
+    only this machine's are compiled now."""
+    with _lock:
+        if root not in _built:
+            _built[root] = _pool.submit(_compile, root)
 
 
 def fatbin(root: Path) -> Path | None:
-    """The compiled kernels under ``root/.draws``, compiled on first use (about 2.5 s; named by the source,
-    the flags and nvcc's version, so a change compiles again); None where nvcc is missing or fails, and
-    the batch then draws through torch. Only the parent writes there; workers read it."""
-    with _lock:
-        if root in _built:
-            return _built[root]
-        _built[root] = path = _compile(root)
-        return path
+    """The compiled kernels under ``root/.draws``, compiled on first use (about 1 s for one target; named
+    by the source, the flags and nvcc's version, so a change compiles again); None where nvcc is missing
+    or fails, and the batch then draws through torch. Only the parent writes there; workers read it."""
+    prefetch(root)
+    return _built[root].result()
 
 
 def _compile(root: Path) -> Path | None:
@@ -82,7 +114,8 @@ def _compile(root: Path) -> Path | None:
         return None
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-        key = hashlib.sha256("\n".join([SOURCE.read_text(), version, *flags()]).encode()).hexdigest()[:16]
+        archs = local_archs()
+        key = hashlib.sha256("\n".join([SOURCE.read_text(), version, *flags(archs)]).encode()).hexdigest()[:16]
         folder = root / ".draws"
         path = folder / f"draws-{key}.fatbin"
         if path.exists():
@@ -91,7 +124,7 @@ def _compile(root: Path) -> Path | None:
         folder.chmod(0o755)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         os.close(fd)
-        done = subprocess.run([compiler, *flags(), "-o", tmp, str(SOURCE)], capture_output=True, text=True,
+        done = subprocess.run([compiler, *flags(archs), "-o", tmp, str(SOURCE)], capture_output=True, text=True,
                               timeout=300)
         if done.returncode != 0:
             os.unlink(tmp)

@@ -46,6 +46,12 @@ def draws_path(config: EvalConfig) -> str | None:
     return str(path) if path is not None else None
 
 
+def prefetch_draws(config: EvalConfig) -> None:
+    """Start compiling the draw kernels beside a worker's start (device_draws.prefetch)."""
+    if config.is_cuda and config.device_draws:
+        device_draws.prefetch(default_extensions_root().parent)
+
+
 def new_seed() -> int:
     return secrets.randbits(31)
 
@@ -180,6 +186,7 @@ class ReferenceSession:
         self.path = self.root / "reference" / "reference.py"
         self.path.parent.mkdir(mode=0o700)
         self.path.write_text(problem.source)
+        prefetch_draws(config)  # compiled (once per machine) while the worker starts
         self.worker = self._new_worker()
         self.build_s = 0.0
         self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
