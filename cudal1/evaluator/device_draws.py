@@ -5,9 +5,9 @@ Why: a graph that draws through torch's generators makes torch refill the genera
 on the device before every replay, two small launches (each 5-25 us of the host's time on an H100 host,
 docs/benchmarks/release-h100.md, "What is left of the per-call overhead"), beside a kernel of a few
 microseconds. Here the inputs of a batch's call ``i`` are Philox draws keyed by the batch's seed, with
-``i`` in the counter, and the graph advances the call counter itself, in its first node,
-which also makes the previous call's staging copy: per call the host launches the
-graph and nothing else.
+``i`` in the counter. The graph's first node advances the call counter itself and makes the previous
+call's staging copy (from a slot of pinned memory the host writes): per call the host launches the graph
+and nothing else.
 
 The draws follow the distributions of the reference's ``get_inputs`` (``randn``: standard normal;
 ``rand``: uniform on [0, 1); ``randint``: uniform on [low, high)), with its shapes and dtypes; they are
@@ -219,8 +219,8 @@ class DeviceDraws:
     def sums(self, x: torch.Tensor, p: torch.Tensor, a: torch.Tensor, offsets: torch.Tensor, stride: int,
              size: int) -> torch.Tensor:
         """Fingerprint sums of the staged rows ``x`` ([calls, numel], a float dtype): [calls, 4] float64 of
-        sum x, sum |x|, sum x*w and the 2-norm, w = P[e] * A[offset + (e // stride) % size] (probes.
-        Fingerprints._weights), in one pass accumulated in float64."""
+        sum x, sum |x|, sum x*w and the 2-norm, w = P[e] * A[offset + (e // stride) % size]
+        (fingerprints.Fingerprints._weights), in one pass accumulated in float64."""
         m, n = x.shape
         chunks = max(1, min((n + THREADS - 1) // THREADS, (4 * self.sms + m - 1) // m))
         partials = torch.empty((m, chunks, 4), dtype=torch.float64, device=self.device)
@@ -235,7 +235,7 @@ class DeviceDraws:
 
     def warm(self) -> None:
         """Launch the sums once at load: CUDA loads a kernel on its first launch, which would otherwise
-        fall in the first timed batch (probes.warm_kernels says how much that cost)."""
+        fall in the first timed batch (probes.warm_kernels says what that cost)."""
         ones = torch.ones(4, dtype=torch.int8, device=self.device)
         self.sums(torch.ones((1, 4), device=self.device), ones, ones, torch.zeros(1, dtype=torch.int64, device=self.device),
                   1, 1)

@@ -280,8 +280,9 @@ class Worker(ReferenceRole):
             self._ship(payload, msg.get("out_path"))
 
     def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Timed calls, each on inputs generated on the device for it alone from its own seed (a cache
-        keyed on addresses or contents never hits). Each call: inputs, L2 flush, device sync, timed
+        """Timed calls, each on inputs generated on the device for it alone, from its own seed or (the
+        harness's kernels, device_draws.py) from the batch's seed and the call's number: a cache keyed
+        on addresses or contents never hits. Each call: inputs, L2 flush, device sync, timed
         forward, device sync. What the harness adds per call is queued on the device without a host
         round trip (fingerprints land in device memory), so the host is free to launch the next call's
         inputs while the device works.
