@@ -44,8 +44,7 @@ class GraphedInputs:
         follow_state(self.follow, seed, self.device_generator)
         # Fresh tensor objects on the same memory: a program that rebinds or re-strides what it was given
         # (set_, .data =, as_strided_) changes its own object, not the one the next call hands out.
-        made = [t.detach() for t in self.made]
-        return [made[v] if is_draw else v for is_draw, v in self.plan.items]
+        return self.plan.assemble([t.detach() for t in self.made])
 
     def intact(self) -> bool:
         """Whether every input still lives where the graph writes it, with its shape."""
@@ -112,8 +111,7 @@ class CountedInputs(GraphedInputs):
         self.cpu_generator.manual_seed(seed)
         self.graph.replay()
         follow_offset(self.follow, seed, self.counted.offset)
-        made = [t.detach() for t in self.made]
-        return [made[v] if is_draw else v for is_draw, v in self.plan.items]
+        return self.plan.assemble([t.detach() for t in self.made])  # fresh objects, as GraphedInputs.draw
 
 
 def capture_counted(counted: Any, device: torch.device, flush_buffer: torch.Tensor | None,

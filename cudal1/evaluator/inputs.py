@@ -100,10 +100,8 @@ def follow_state(default: torch.Generator | None, seed: int, drawn: torch.Genera
     graph capture that fails inside a forward leaves the default generator marked as capturing, and every
     later draw from it raises "Offset increment outside graph capture" (L2-5 of CUDA-L1's H100 release;
     benchmarks/capture_rng.py). Seeding and setting the offset still work on it."""
-    if default is None or drawn is None or default is drawn:
-        return
-    default.manual_seed(seed)
-    default.set_offset(drawn.get_offset())
+    if default is not None and drawn is not None and default is not drawn:
+        follow_offset(default, seed, drawn.get_offset())
 
 
 def follow_offset(default: torch.Generator | None, seed: int, offset: int) -> None:

@@ -326,7 +326,7 @@ class Worker(ReferenceRole):
             sync()
             return [start.elapsed_time(end) for start, end in events[:len(host_ms)]]
 
-        counted_graph = graph if isinstance(graph, graphed.CountedInputs) else None
+        counted_graph = graph if counted is not None else None  # graph is then the kernels' (CountedInputs)
 
         def draw(seed: int, pending: tuple[int, int, int] | None = None) -> list[Any]:
             """A call's inputs and the L2 flush, queued on the device (behind the previous call's staging

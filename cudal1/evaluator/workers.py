@@ -37,19 +37,24 @@ def default_extensions_root() -> Path:
     return root / torch.__version__
 
 
+def _draws_root(config: EvalConfig) -> Path | None:
+    """Where the draw kernels are compiled (EvalConfig.device_draws): beside the extension builds, on CUDA."""
+    return default_extensions_root().parent if config.is_cuda and config.device_draws else None
+
+
 def draws_path(config: EvalConfig) -> str | None:
-    """The harness's compiled draw kernels for a worker's load (EvalConfig.device_draws), compiled on first
-    use; None off CUDA, when turned off, or where they cannot be compiled (torch's draws then)."""
-    if not (config.is_cuda and config.device_draws):
-        return None
-    path = device_draws.fatbin(default_extensions_root().parent)
+    """The harness's compiled draw kernels for a worker's load, compiled on first use; None off CUDA, when
+    turned off, or where they cannot be compiled (torch's draws then)."""
+    root = _draws_root(config)
+    path = device_draws.fatbin(root) if root is not None else None
     return str(path) if path is not None else None
 
 
 def prefetch_draws(config: EvalConfig) -> None:
     """Start compiling the draw kernels beside a worker's start (device_draws.prefetch)."""
-    if config.is_cuda and config.device_draws:
-        device_draws.prefetch(default_extensions_root().parent)
+    root = _draws_root(config)
+    if root is not None:
+        device_draws.prefetch(root)
 
 
 def new_seed() -> int:
