@@ -4,7 +4,8 @@
 # agreement check. Results and logs under $OUT (default /tmp/cudal1-release).
 #
 #   RELEASE=carry/h100.jsonl DEVICES=cuda:0 [ROWS=L1-1,L2-5 | LIMIT=40] [RUNS=2] [TRIALS=5] \
-#       [RUN_TIMEOUT=seconds] [COLD=0] [AGREE_WITH=earlier/results.jsonl] [NAME=run] [EXTRA="--flag ..."] \
+#       [RUN_TIMEOUT=seconds] [COLD=0] [AGREE_WITH=earlier/results.jsonl] [COSTS=earlier/results.jsonl] \
+#       [NAME=run] [EXTRA="--flag ..."] \
 #       bash benchmarks/release_device.sh
 # COLD=0 keeps the build cache of an earlier invocation (e.g. the same rows again on two GPUs).
 # A run cut off by RUN_TIMEOUT keeps what it finished (results.jsonl is written after every row); the
@@ -26,6 +27,7 @@ NAME=${NAME:-run}
 extra=()
 [ -n "${ROWS:-}" ] && extra+=(--rows "$ROWS")
 [ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
+[ -n "${COSTS:-}" ] && extra+=(--costs-from "$COSTS")  # an earlier run's results.jsonl: largest rows first
 read -r -a flags <<< "${EXTRA:-}"  # more options of release_eval.py, for every run
 previous=()
 [ -n "${AGREE_WITH:-}" ] && previous=(--agree-with "$AGREE_WITH")

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cudal1.candidates import Candidate, load_evaluations  # noqa: E402
 from cudal1.evaluator.batch import AHEAD, evaluate_many  # noqa: E402
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
+from cudal1.evaluator.schedule import expected_costs  # noqa: E402
 from cudal1.generation.templates import template_source  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
@@ -54,6 +55,9 @@ def main() -> None:
     ap.add_argument("--build-workers", type=int, default=0)
     ap.add_argument("--ahead", type=int, default=AHEAD, help="candidates a device loads ahead of the one it times")
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
+    ap.add_argument("--costs-from", type=Path, default=None,
+                    help="an earlier run's results.jsonl: problems go to the devices largest first by what they "
+                         "cost there (schedule.expected_costs); by default what --out already holds")
     ap.add_argument("--graph-inputs", action=argparse.BooleanOptionalAction, default=EvalConfig.graph_inputs,
                     help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
     ap.add_argument("--clock", choices=("host", "events"), default=EvalConfig.clock, help="EvalConfig.clock")
@@ -92,7 +96,8 @@ def main() -> None:
               f"{e.status.value:13s} {speed:>8s} {e.reason[:90]}", flush=True)
 
     evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
-                  progress=progress, build_workers=args.build_workers or None, ahead=args.ahead)
+                  progress=progress, build_workers=args.build_workers or None, ahead=args.ahead,
+                  costs=None if args.costs_from is None else expected_costs(load_evaluations(args.costs_from)))
     wall = time.perf_counter() - started
     results = load_evaluations(results_path)
     mine = [e for e in results if e.config_hash == config.hash]
@@ -103,7 +108,7 @@ def main() -> None:
         "per_evaluation_s": round(wall / max(len(candidates), 1), 2), "statuses": dict(statuses),
         "median_speedup": statistics.median(speedups) if speedups else None,
         "time_split_s": time_split(mine), "eval_s": spread([e.eval_s or 0.0 for e in mine]), "config": config.to_dict(), "cpu_count": os.cpu_count(),
-        "devices": args.devices, "ahead": args.ahead,
+        "devices": args.devices, "ahead": args.ahead, "costs_from": None if args.costs_from is None else str(args.costs_from),
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)

@@ -19,7 +19,7 @@ args=()
 if [ -n "${AGREE_WITH:-}" ]; then
   rows=$(python3 -c "import json,sys; print(','.join(json.loads(l)['problem_id'] for l in open(sys.argv[1])))" \
     "$AGREE_WITH/results.jsonl")
-  args=(--rows "$rows" --agree-with "$AGREE_WITH/results.jsonl")
+  args=(--rows "$rows" --agree-with "$AGREE_WITH/results.jsonl" --costs-from "$AGREE_WITH/results.jsonl")
 fi
 before=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
 s=$(date +%s.%N)

@@ -25,7 +25,9 @@ specs="two/cuda:0,cuda:1/1 one/cuda:0/1"
 [ "${WARM:-0}" = 1 ] && specs="ctwo/cuda:0,cuda:1/1 two/cuda:0,cuda:1/0 one/cuda:0/0"
 for spec in $specs; do
   IFS=/ read -r name devices cold <<< "$spec"
-  OUT=$OUT RELEASE=$RELEASE DEVICES=$devices ROWS=$ROWS RUNS=1 NAME=$name COLD=$cold \
+  # the warm runs hand out rows largest first by what the cold run found they cost (schedule.largest_first)
+  costs=""; [ "$name" != ctwo ] && [ -f "$OUT/ctwo1/results.jsonl" ] && costs=$OUT/ctwo1/results.jsonl
+  OUT=$OUT RELEASE=$RELEASE DEVICES=$devices ROWS=$ROWS RUNS=1 NAME=$name COLD=$cold COSTS=$costs \
     RUN_TIMEOUT=${RUN_TIMEOUT:-300} EXTRA="${EXTRA:-}" bash benchmarks/release_device.sh
   python3 benchmarks/pool_phases.py "$OUT/${name}1/results.jsonl" | sed -n 1,2p
 done

@@ -44,6 +44,8 @@ from cudal1.evaluator.schedule import (
     RunAhead,
     compile_at_start,
     discard_worker,
+    expected_costs,
+    largest_first,
     quiet_after,
     submit_builds,
 )
@@ -109,15 +111,11 @@ def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: 
     rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
     kept, so a lucky one never counts.
 
-    The re-measurement runs on the first one's own device (``config.device``), whose loop waits for it. On
-    another device of the batch it ran beside that device's own loop, which nothing kept from timing its
-    candidate on the same GPU at the same moment, and both figures were the worse for it; this device sat
-    idle meanwhile.
-
-    The candidate is loaded again in a fresh worker; the reference is the batch's own ``session`` (trusted
-    code, which no candidate process can reach). A fresh reference worker beside it cost every
-    re-measurement a reference load, and twice the reference's device memory: L2-34's ran out of memory
-    on an H100 and took 40 s of the release's cold run (docs/gpu-runs.md#2026-11-26-release-failfast)."""
+    It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
+    device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
+    worker; the reference is the batch's own ``session`` (trusted code, no candidate process can reach
+    it): a fresh reference worker cost every re-measurement a reference load and twice its device memory
+    (L2-34 ran out of memory on an H100, docs/gpu-runs.md#2026-11-26-release-failfast)."""
     measured, kept, device = [first], first, config.device
     intervals, agreed = [interval_of(first)], False
 
@@ -171,10 +169,11 @@ def evaluate_many(
     ahead: int = AHEAD,
 ) -> list[Evaluation]:
     """Evaluate candidates against their problems on one or more devices; returns the new evaluations
-    (with results_path, the file holds the earlier ones too). ``costs`` (seconds by problem id, e.g. an
-    earlier run's eval_s) orders the problems largest first, so on several devices the last problems
-    handed out are short ones and the devices finish together. ``ahead``: candidates each device loads
-    ahead of the one it times (:data:`AHEAD`)."""
+    (with results_path, the file holds the earlier ones too). ``costs`` (seconds a candidate of each
+    problem takes, by problem id; by default :func:`expected_costs` of what results_path already holds)
+    orders the problems largest first, so on several devices the last problems handed out are short ones
+    and the devices finish together. ``ahead``: candidates each device loads ahead of the one it times
+    (:data:`AHEAD`)."""
     if ahead < 1:
         raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
     by_id = {p.problem_id: p for p in problems}
@@ -184,7 +183,8 @@ def evaluate_many(
     devices = list(devices or [config.device])
     path = Path(results_path) if results_path is not None else None
     # A harness failure says nothing about its candidate: measured again when a batch resumes (and replaced).
-    existing = [e for e in (load_evaluations(path) if path is not None else []) if not e.harness_failed]
+    every = load_evaluations(path) if path is not None else []
+    existing = [e for e in every if not e.harness_failed]
     done = {e.key for e in existing}
     ext_root = extensions_root or default_extensions_root()
     if config.is_cuda:
@@ -200,9 +200,7 @@ def evaluate_many(
     order: dict[str, list[Candidate]] = {}
     for c in todo:
         order.setdefault(c.problem_id, []).append(c)
-    ordered = list(order.items())
-    if costs:
-        ordered.sort(key=lambda item: -costs.get(item[0], 0.0) * len(item[1]))
+    ordered = largest_first(list(order.items()), expected_costs(every) if costs is None else costs)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
             ThreadPoolExecutor(max_workers=workers) as pool:
         header = header_beside(beside, todo, ext_root, config)  # the precompiled torch header (pch.py)
@@ -274,6 +272,8 @@ class _DeviceLoop:
         builds were done."""
         problem, cands, session_future = group
         t0 = time.perf_counter()
+        if cands:
+            ahead.start_group((problem, cands[0], session_future), queue.coming(group, 0))
         session = _loaded(session_future)
         # The device's time outside any evaluation, booked on the evaluation it came before: on two H200s
         # the evaluations summed to 52-79% of the devices' wall (docs/gpu-runs.md#2026-11-25-fixes-verified).
@@ -295,6 +295,8 @@ class _DeviceLoop:
                 waits = ahead.prepare(queue.coming(group, i), problem)
                 idle |= {"build_wait_s": t1 - t0, "prepare_s": time.perf_counter() - t1}
                 result = self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded)
+                # the device loop's whole time on the candidate, re-measurements included (expected_costs)
+                idle["row_s"] = time.perf_counter() - t1
                 self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()} | built))
                 idle = {}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import statistics
 import threading
 import time
 from collections import deque
@@ -17,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from cudal1.candidates import Candidate
+from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.builds import QUIET, timed_prebuild
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
@@ -83,6 +84,31 @@ class Groups:
                 report = time.monotonic()
                 log.warning("no problem ready to time for %.0f s: %d builds pending (the next problem, %s, "
                             "waits for its own)", report - started, len(pending), first)
+
+
+def expected_costs(evaluations: Sequence[Evaluation]) -> dict[str, float]:
+    """Seconds a device is expected to spend on one candidate of each problem: the median over the
+    problem's earlier evaluations (any candidate, any protocol) of the device loop's whole time on the
+    candidate, re-measurements included (``row_s``), else its ``eval_s``. A release row re-checked above 3x
+    costs two to three evaluations, and the row that ended two H100s' run last was such a row
+    (docs/gpu-runs.md#2026-11-27-two-gpu-costs)."""
+    seen: dict[str, list[float]] = {}
+    for e in evaluations:
+        cost = (e.extra or {}).get("row_s", e.eval_s)
+        if isinstance(cost, (int, float)) and cost > 0:
+            seen.setdefault(e.problem_id, []).append(float(cost))
+    return {pid: statistics.median(costs) for pid, costs in seen.items()}
+
+
+def largest_first(ordered: list[tuple[str, list[T]]], costs: Mapping[str, float]) -> list[tuple[str, list[T]]]:
+    """Problems by expected device time, largest first (a problem's cost per candidate times its
+    candidates), so on several devices the last problems handed out are short and the devices finish
+    together. A problem with no estimate counts as the median of those with one; with no estimate at all,
+    the order stays as given (a stable sort keeps ties in it too)."""
+    if not costs:
+        return list(ordered)
+    typical = statistics.median(costs.values())
+    return sorted(ordered, key=lambda item: -costs.get(item[0], typical) * len(item[1]))
 
 
 def build_order(groups: list[T], lead: int = 8) -> list[T]:
@@ -195,6 +221,14 @@ class RunAhead(Generic[W]):
         for stale in list(self.started):
             self.discard(self.started.pop(stale).worker)
         self.references = {}
+
+    def start_group(self, first: Coming, coming: list[Coming]) -> None:
+        """A group's first candidate that nothing got ready ahead (a device's first group, or one after a
+        retry alone): its worker starts and loads beside its reference's load, not after it. The first
+        row of a run waited 2.2 s for its candidate once its reference was loaded
+        (docs/gpu-runs.md#2026-11-27-two-gpu-costs)."""
+        if id(first[1]) not in self.started:
+            self.prepare([first, *coming], first[0])
 
     def prepare(self, upcoming: list[Coming], problem: Problem) -> list[Future]:
         """Get ``upcoming`` ready while ``problem``'s current candidate runs: workers no longer coming go,
