@@ -91,7 +91,7 @@ def expected_costs(evaluations: Sequence[Evaluation]) -> dict[str, float]:
     problem's earlier evaluations (any candidate, any protocol) of the device loop's whole time on the
     candidate, re-measurements included (``row_s``), else its ``eval_s``. A release row re-checked above 3x
     costs two to three evaluations, and the row that ended two H100s' run last was such a row
-    (docs/gpu-runs.md#2026-11-27-two-gpu-costs)."""
+    (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
     seen: dict[str, list[float]] = {}
     for e in evaluations:
         cost = (e.extra or {}).get("row_s", e.eval_s)
@@ -226,7 +226,7 @@ class RunAhead(Generic[W]):
         """A group's first candidate that nothing got ready ahead (a device's first group, or one after a
         retry alone): its worker starts and loads beside its reference's load, not after it. The first
         row of a run waited 2.2 s for its candidate once its reference was loaded
-        (docs/gpu-runs.md#2026-11-27-two-gpu-costs)."""
+        (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
         if id(first[1]) not in self.started:
             self.prepare([first, *coming], first[0])
 
