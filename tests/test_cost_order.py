@@ -66,12 +66,14 @@ def test_a_batch_orders_its_problems_by_what_the_results_file_says_they_cost(
     # 5 s, 3 s, then the unknown at the median (3 s, after the known one of the same cost), then 1 s
     assert order == [ids[1], ids[2], ids[3], ids[0]]
     assert all(e.extra["row_s"] >= 0.02 for e in new)
+    # Costs passed in win over the file's: the same history, another protocol, the last problem first
     order.clear()
-    explicit = {ids[0]: 9.0}
+    other = tmp_path / "other.jsonl"
+    save_evaluations(earlier, other)
     batch.evaluate_many(problems, candidates, EvalConfig(device="cpu", static_checks=False, timing_trials=7),
-                        results_path=tmp_path / "other.jsonl", progress=lambda e: order.append(e.problem_id),
-                        costs=explicit)
-    assert order[0] == ids[0]
+                        results_path=other, progress=lambda e: order.append(e.problem_id),
+                        costs={ids[3]: 9.0, ids[0]: 1.0})
+    assert order == [ids[3], ids[1], ids[2], ids[0]]  # the unknown two at the median (5 s), in their order
 
 
 def _done(value: object) -> Future:

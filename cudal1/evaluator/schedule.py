@@ -94,7 +94,7 @@ def expected_costs(evaluations: Sequence[Evaluation]) -> dict[str, float]:
     (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
     seen: dict[str, list[float]] = {}
     for e in evaluations:
-        cost = (e.extra or {}).get("row_s", e.eval_s)
+        cost = e.extra.get("row_s", e.eval_s)
         if isinstance(cost, (int, float)) and cost > 0:
             seen.setdefault(e.problem_id, []).append(float(cost))
     return {pid: statistics.median(costs) for pid, costs in seen.items()}
