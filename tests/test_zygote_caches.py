@@ -53,7 +53,7 @@ def test_a_forked_worker_holds_no_cache_path_of_the_server(tmp_path: Path) -> No
 
 
 def test_the_server_can_fork_workers_after_its_imports() -> None:
-    """What main() checks before it forks anything, on this machine's torch: no CUDA, no thread, a
+    """What serve() checks after the warm imports, on this machine's torch: no CUDA, no thread, a
     child that could use CUDA. (On the H100 host, importing torch.utils.cpp_extension or
     torch._inductor.compile_fx probed CUDA; they are not imported.)"""
     script = ("import sys, torch\nfrom cudal1.evaluator import zygote\nbefore = zygote.threads()\nzygote.warm()\n"

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from cudal1.evaluator.cores import spare_cores
+
 _SERVERS: dict[tuple[tuple[str, str], ...], ForkServer | None] = {}
 _LOCK = threading.Lock()
 _IDS = itertools.count()
@@ -34,8 +36,12 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Where there are cores no device times on (a GPU's host), the server forks the first workers
+        # before its warm imports and makes them there at its first pause; on a machine of a few cores
+        # they would share the cores a CPU device times on, so they come at its start, before any timing.
+        when = "idle" if spare_cores() is not None else "start"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno())],
+            [sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()), "--warm", when],
             stdin=subprocess.DEVNULL, env=env, pass_fds=[child.fileno()], start_new_session=True)
         child.close()
         self.lock = threading.Lock()  # one request at a time on the socket

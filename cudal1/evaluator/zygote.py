@@ -10,11 +10,15 @@ session, stdin /dev/null, stdout and stderr to its log, only the descriptors it 
 directory, its environment and (as root) a fresh uid with no groups, set before any of its code runs.
 
 Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid) with
-the worker's descriptors attached; the server answers ``{"id", "pid"}``, and ``{"exit": pid, "code"}``
+the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
+cannot fork; warm: whether the fork came after the warm imports), and ``{"exit": pid, "code"}``
 when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
 exits when the parent's end closes.
 
-Imports torch (with torch.compile's machinery, see ``_WARM``) and the standard library only.
+Imports torch and the standard library only, and torch.compile's machinery (``_WARM``): at its start
+(``--warm start``), or on a GPU's host (``--warm idle``, the parent's choice) once the parent has been
+quiet for a moment and on the cores no device times on, so the first workers a batch asks for do not
+wait for imports that only torch.compile programs use.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import torch  # noqa: F401 - the point: every child starts with torch imported
 
 from cudal1.evaluator import worker_main
+from cudal1.evaluator.cores import set_affinity, spare_cores
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
 # most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
@@ -42,6 +47,10 @@ from cudal1.evaluator import worker_main
 # main() checks that the server can still fork safely after these imports.
 _WARM = ("torch._dynamo", "torch._inductor.codecache", "triton")
 
+
+# How long the server waits for a request before it makes the warm imports: a batch asks for its first
+# workers (a reference, the candidates ahead) within milliseconds of each other.
+IDLE_BEFORE_WARM_S = 0.3
 
 _SERVER_PATHS: dict[str, str] = {}  # the server's own cache paths, as the warm modules saw them
 _WARMED: list[str] = []  # the modules the warm imports brought in: the only ones own_caches reads
@@ -187,13 +196,34 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exit": pid, "code": code}).encode())
 
 
-def serve(sock: socket.socket) -> None:
+def warm_aside(threads_before: int) -> str | None:
+    """The warm imports in a pause of a serving server, on the spare cores (a device may be timing on its
+    own core by then), the server's cores as before afterwards, for the children it forks next. Returns
+    why it can no longer fork (:func:`fork_unsafe`), or None."""
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    set_affinity(spare_cores())
+    warm()
+    set_affinity(cores)
+    return fork_unsafe(threads_before)
+
+
+def serve(sock: socket.socket, threads_before: int, warmed: bool = True) -> None:
+    """Fork a worker for each request until the parent closes its end. Not yet ``warmed``: the warm
+    imports come at the first pause; if they leave the server unable to fork safely (a torch that starts
+    threads or probes CUDA on import), each later request is answered with no pid and the parent starts
+    that worker afresh."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup descriptor is written
+    unsafe = None
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        ready, _, _ = select.select([sock, wake_r], [], [], None if warmed else IDLE_BEFORE_WARM_S)
+        if not ready:  # a pause before anything was asked: the warm imports now
+            warmed, unsafe = True, warm_aside(threads_before)
+            if unsafe:
+                print(f"cudal1.evaluator.zygote: cannot fork workers after the warm imports: {unsafe}", file=sys.stderr)
+            continue
         if wake_r in ready:
             os.read(wake_r, 4096)
         _reap(sock)
@@ -203,7 +233,7 @@ def serve(sock: socket.socket) -> None:
         if not message:
             return  # the parent closed its end
         request = json.loads(message)
-        pid = os.fork()
+        pid = None if unsafe else os.fork()
         if pid == 0:
             sock.close()
             os.close(wake_r)
@@ -211,21 +241,24 @@ def serve(sock: socket.socket) -> None:
             _child(request, fds)
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+        sock.send(json.dumps({"id": request["id"], "pid": pid, "warm": warmed}).encode())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sock-fd", type=int, required=True)
+    parser.add_argument("--warm", choices=("start", "idle"), default="start",
+                        help="make the warm imports before serving, or at the first pause")
     args = parser.parse_args()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     before = threads()
-    warm()
+    if args.warm == "start":
+        warm()
     unsafe = fork_unsafe(before)
     if unsafe:  # the parent then starts each worker afresh
         sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
-    serve(socket.socket(fileno=args.sock_fd))
+    serve(socket.socket(fileno=args.sock_fd), before, warmed=args.warm == "start")
     os._exit(0)
 
 

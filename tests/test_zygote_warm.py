@@ -1,0 +1,74 @@
+"""The fork server forks the first workers a batch asks for before its warm imports (torch.compile's
+machinery, which only compiling programs use), and makes those imports at its first pause."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cudal1.evaluator import zygote
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ask(sock: socket.socket, rid: int, log_fd: int, cwd: Path) -> dict[str, Any]:
+    # a worker that exits at once: worker_main rejects the option (argparse, exit code 2)
+    request = {"id": rid, "argv": ["--no-such-option"], "cwd": str(cwd), "env": {"PATH": os.environ["PATH"]},
+               "uid": None}
+    socket.send_fds(sock, [json.dumps(request).encode()], [log_fd])
+    return _until(sock, lambda a: a.get("id") == rid)
+
+
+def _until(sock: socket.socket, wanted: Any) -> dict[str, Any]:
+    sock.settimeout(120)
+    while True:
+        answer = json.loads(sock.recv(1 << 16))
+        if wanted(answer):
+            return answer
+
+
+def _server(when: str) -> tuple[socket.socket, subprocess.Popen]:
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server = subprocess.Popen([sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()),
+                               "--warm", when],
+                              pass_fds=[child.fileno()], cwd=REPO, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    child.close()
+    return parent, server
+
+
+def test_first_worker_is_forked_before_the_warm_imports_and_later_ones_after(tmp_path: Path) -> None:
+    parent, server = _server("idle")  # a GPU's host
+    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        first = _ask(parent, 0, log, tmp_path)  # sent before the server has even imported torch
+        assert first["pid"] and first["warm"] is False
+        assert _until(parent, lambda a: a.get("exit") == first["pid"])["code"] == 2
+        time.sleep(10 * zygote.IDLE_BEFORE_WARM_S)  # a pause: the server makes its warm imports in it
+        later = _ask(parent, 1, log, tmp_path)
+        assert later["pid"] and later["warm"] is True
+        assert _until(parent, lambda a: a.get("exit") == later["pid"])["code"] == 2
+    finally:
+        os.close(log)
+        parent.shutdown(socket.SHUT_RDWR)
+        parent.close()
+        server.wait(timeout=30)
+    assert "worker_main: error" in (tmp_path / "workers.log").read_text()  # the workers ran, and said why they ended
+
+
+def test_a_server_told_to_warm_at_its_start_forks_every_worker_warm(tmp_path: Path) -> None:
+    parent, server = _server("start")  # a machine of a few cores: nothing imports beside a CPU's timing
+    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        assert _ask(parent, 0, log, tmp_path)["warm"] is True
+    finally:
+        os.close(log)
+        parent.shutdown(socket.SHUT_RDWR)
+        parent.close()
+        server.wait(timeout=30)
