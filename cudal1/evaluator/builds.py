@@ -223,10 +223,50 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
 def timed_prebuild(problem: Problem, candidate: Candidate, config: EvalConfig,
                    extensions_root: Path) -> tuple[str, float]:
     """:func:`prebuild` and its wall clock in seconds, pauses for other candidates' timing included:
-    what a cold batch's waits for builds are made of (``extra.prebuild_s`` of the evaluation)."""
+    what a cold batch's waits for builds are made of (``extra.prebuild_s`` of the evaluation); 0.0 when
+    an earlier batch prebuilt the same program for the same problem into this cache (:func:`prebuilt`)."""
+    if prebuilt(problem, candidate, config, extensions_root):
+        return "", 0.0
     t0 = time.perf_counter()
     error = prebuild(problem, candidate, config, extensions_root)
+    if not error:
+        _mark_prebuilt(problem, candidate, config, extensions_root)
     return error, round(time.perf_counter() - t0, 3)
+
+
+def _marker(candidate: Candidate, extensions_root: Path) -> Path:
+    # Beside the candidates' folders, in one the parent owns: a program's own worker can write its
+    # folder, not this one (a forged mark would only move its own build into its load, never a timing).
+    return extensions_root / ".prebuilt" / candidate.sha256
+
+
+def _prebuilt_key(problem: Problem, config: EvalConfig) -> str:
+    # What a prebuild's products depend on beyond the source: the problem's shapes (step 2's warm-up), the
+    # device kind and the architectures compiled for (the extensions root is already per torch version).
+    return f"{problem.sha256} {'cuda' if config.is_cuda else 'cpu'} {os.environ.get('TORCH_CUDA_ARCH_LIST', '')}"
+
+
+def prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensions_root: Path) -> bool:
+    """Whether an earlier batch's prebuild of ``candidate`` for ``problem`` succeeded into this cache, whose
+    folder for it is still there. A warm run then starts no build worker for it: on two H100s the build
+    workers of warm runs of 53 programs, every build cached, took 127-150 s of wall (pauses included)
+    importing and constructing them, beside the loads, and ran the first-call warm-ups on the GPUs again."""
+    marker = _marker(candidate, extensions_root)
+    try:
+        return marker.read_text() == _prebuilt_key(problem, config) and any((extensions_root / candidate.sha256[:16]).iterdir())
+    except OSError:
+        return False
+
+
+def _mark_prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensions_root: Path) -> None:
+    marker = _marker(candidate, extensions_root)
+    try:
+        marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}")
+        partial.write_text(_prebuilt_key(problem, config))
+        partial.replace(marker)  # whole or absent: two batches may mark the same program
+    except OSError:
+        pass  # only a later batch's saving is lost
 
 
 @dataclass(eq=False)
