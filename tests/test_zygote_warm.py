@@ -72,3 +72,29 @@ def test_a_server_told_to_warm_at_its_start_forks_every_worker_warm(tmp_path: Pa
         parent.shutdown(socket.SHUT_RDWR)
         parent.close()
         server.wait(timeout=30)
+
+
+def test_warm_imports_that_leave_the_server_unsafe_send_later_workers_to_a_fresh_start(tmp_path: Path) -> None:
+    """A torch whose compile machinery started a thread on import: the server forks nothing after it, and
+    answers with no pid, so the parent starts those workers afresh (forking.fork_worker returns None)."""
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    script = ("import sys\nfrom cudal1.evaluator import zygote\nzygote._WARM = ('starts_a_thread',)\n"
+              f"sys.argv = ['zygote', '--sock-fd', '{child.fileno()}', '--warm', 'idle']\nzygote.main()\n")
+    server = subprocess.Popen([sys.executable, "-c", script], pass_fds=[child.fileno()], cwd=REPO,
+                              stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"})
+    child.close()
+    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        assert _ask(parent, 0, log, tmp_path)["pid"]  # before the warm imports: forked
+        time.sleep(10 * zygote.IDLE_BEFORE_WARM_S)
+        later = _ask(parent, 1, log, tmp_path)
+        assert later["pid"] is None and later["warm"] is True
+    finally:
+        os.close(log)
+        parent.shutdown(socket.SHUT_RDWR)
+        parent.close()
+        _, err = server.communicate(timeout=30)
+    assert "cannot fork workers after the warm imports: 1 threads started" in err

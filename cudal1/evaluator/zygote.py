@@ -196,18 +196,20 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exit": pid, "code": code}).encode())
 
 
-def warm_aside(threads_before: int) -> str | None:
+def warm_aside() -> str | None:
     """The warm imports in a pause of a serving server, on the spare cores (a device may be timing on its
     own core by then), the server's cores as before afterwards, for the children it forks next. Returns
     why it can no longer fork (:func:`fork_unsafe`), or None."""
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    # Counted just before: a thread of torch's own start that ended since would hide one they started.
+    before = threads()
     set_affinity(spare_cores())
     warm()
     set_affinity(cores)
-    return fork_unsafe(threads_before)
+    return fork_unsafe(before)
 
 
-def serve(sock: socket.socket, threads_before: int, warmed: bool = True) -> None:
+def serve(sock: socket.socket, warmed: bool = True) -> None:
     """Fork a worker for each request until the parent closes its end. Not yet ``warmed``: the warm
     imports come at the first pause; if they leave the server unable to fork safely (a torch that starts
     threads or probes CUDA on import), each later request is answered with no pid and the parent starts
@@ -220,7 +222,7 @@ def serve(sock: socket.socket, threads_before: int, warmed: bool = True) -> None
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [], None if warmed else IDLE_BEFORE_WARM_S)
         if not ready:  # a pause before anything was asked: the warm imports now
-            warmed, unsafe = True, warm_aside(threads_before)
+            warmed, unsafe = True, warm_aside()
             if unsafe:
                 print(f"cudal1.evaluator.zygote: cannot fork workers after the warm imports: {unsafe}", file=sys.stderr)
             continue
@@ -258,7 +260,7 @@ def main() -> None:
     unsafe = fork_unsafe(before)
     if unsafe:  # the parent then starts each worker afresh
         sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
-    serve(socket.socket(fileno=args.sock_fd), before, warmed=args.warm == "start")
+    serve(socket.socket(fileno=args.sock_fd), warmed=args.warm == "start")
     os._exit(0)
 
 
