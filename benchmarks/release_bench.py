@@ -105,7 +105,12 @@ def run_summary(run: Path) -> dict[str, Any]:
         return {"evaluations": calls[-1]["evaluations_after"], "wall_s": sum(c["wall_s"] for c in calls),
                 "calls": len(calls), "partial": bool(calls[-1].get("stopped_by_limit"))}
     if path.exists():
-        return json.loads(path.read_text())
+        summary = json.loads(path.read_text())
+        if summary.get("evaluated_here", summary["evaluations"]) < summary["evaluations"]:
+            raise SystemExit(f"{path}: written by a run that resumed this folder ({summary['evaluated_here']} of "
+                             f"{summary['evaluations']} evaluations), so its wall_s is that invocation's alone; run "
+                             "a measured run in a new folder, or across calls with benchmarks/release_resume.sh")
+        return summary
     log = run.with_name(run.name + ".log")
     lines = [line for line in log.read_text().splitlines() if line.startswith("[")]
     if not lines:

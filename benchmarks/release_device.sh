@@ -32,6 +32,10 @@ read -r -a flags <<< "${EXTRA:-}"  # more options of release_eval.py, for every 
 previous=()
 [ -n "${AGREE_WITH:-}" ] && previous=(--agree-with "$AGREE_WITH")
 for run in $(seq 1 "$RUNS"); do
+  if [ -e "$OUT/$NAME$run" ]; then  # release_eval.py would resume it, and its summary time that alone
+    echo "release_device.sh: $OUT/$NAME$run exists; give the run another NAME or OUT (release_resume.sh resumes runs)" >&2
+    exit 2
+  fi
   timeout "${RUN_TIMEOUT:-100000}" python3 benchmarks/release_eval.py --release "$RELEASE" --devices "$DEVICES" --trials "$TRIALS" \
       --out "$OUT/$NAME$run" "${extra[@]}" "${flags[@]}" "${previous[@]}" > "$OUT/$NAME$run.log" 2>&1 || true
   pkill -9 -f cudal1.evaluator.worker || true  # workers of a run cut off by the timeout (own sessions)

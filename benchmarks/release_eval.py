@@ -86,6 +86,7 @@ def main() -> None:
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
+    before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows
     done = [0]
     started = time.perf_counter()
 
@@ -104,8 +105,10 @@ def main() -> None:
     statuses = Counter(e.status.value for e in mine)
     speedups = [e.speedup for e in mine if e.speedup is not None]
     summary = {
-        "rows": len(rows), "evaluations": len(mine), "wall_s": round(wall, 1),
-        "per_evaluation_s": round(wall / max(len(candidates), 1), 2), "statuses": dict(statuses),
+        # wall_s is this invocation's: where it resumed a run (evaluated_here < evaluations), the run's
+        # wall is not in this file (benchmarks/release_resume.sh keeps each call's in calls.jsonl)
+        "rows": len(rows), "evaluations": len(mine), "evaluated_here": len(results) - before, "wall_s": round(wall, 1),
+        "per_evaluation_s": round(wall / max(len(results) - before, 1), 2), "statuses": dict(statuses),
         "median_speedup": statistics.median(speedups) if speedups else None,
         "time_split_s": time_split(mine), "eval_s": spread([e.eval_s or 0.0 for e in mine]), "config": config.to_dict(), "cpu_count": os.cpu_count(),
         "devices": args.devices, "ahead": args.ahead, "costs_from": None if args.costs_from is None else str(args.costs_from),

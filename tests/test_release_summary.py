@@ -1,0 +1,35 @@
+"""release_bench.py reads a run's wall from release_eval.py's summary only where the summary timed the
+whole run: a second invocation on the same folder resumes it, and its summary times itself alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scripts import load_script
+
+
+def _run(tmp_path: Path, **summary: object) -> Path:
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"rows": 35, "evaluations": 35, "wall_s": 120.4} | summary))
+    return run
+
+
+def test_a_summary_of_the_whole_run_gives_its_rate(tmp_path: Path) -> None:
+    bench = load_script("release_bench")
+    run = _run(tmp_path, evaluated_here=35)
+    assert bench.rate(run) == pytest.approx(35 / 120.4)
+
+
+def test_a_summary_from_before_the_count_was_kept_is_read_as_before(tmp_path: Path) -> None:
+    bench = load_script("release_bench")  # the committed runs under docs/benchmarks have no evaluated_here
+    assert bench.run_summary(_run(tmp_path))["wall_s"] == 120.4
+
+
+def test_a_summary_written_by_a_resume_is_refused(tmp_path: Path) -> None:
+    bench = load_script("release_bench")
+    run = _run(tmp_path, evaluated_here=0, wall_s=0.2)  # what overwrote a 119 s run's summary on the H100
+    with pytest.raises(SystemExit, match="resumed this folder .0 of 35 evaluations."):
+        bench.rate(run)
