@@ -15,6 +15,9 @@ from typing import Any
 from cudal1.evaluator import zygote
 
 REPO = Path(__file__).resolve().parents[1]
+# Long enough for the server to see its pause and begin its imports even on a loaded machine; a request
+# that comes while it imports waits for them, so it is answered warm either way.
+PAUSE_S = 15 * zygote.IDLE_BEFORE_WARM_S
 
 
 def _ask(sock: socket.socket, rid: int, log_fd: int, cwd: Path) -> dict[str, Any]:
@@ -50,7 +53,7 @@ def test_first_worker_is_forked_before_the_warm_imports_and_later_ones_after(tmp
         first = _ask(parent, 0, log, tmp_path)  # sent before the server has even imported torch
         assert first["pid"] and first["warm"] is False
         assert _until(parent, lambda a: a.get("exit") == first["pid"])["code"] == 2
-        time.sleep(10 * zygote.IDLE_BEFORE_WARM_S)  # a pause: the server makes its warm imports in it
+        time.sleep(PAUSE_S)  # a pause: the server makes its warm imports in it
         later = _ask(parent, 1, log, tmp_path)
         assert later["pid"] and later["warm"] is True
         assert _until(parent, lambda a: a.get("exit") == later["pid"])["code"] == 2
@@ -89,7 +92,7 @@ def test_warm_imports_that_leave_the_server_unsafe_send_later_workers_to_a_fresh
     log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         assert _ask(parent, 0, log, tmp_path)["pid"]  # before the warm imports: forked
-        time.sleep(10 * zygote.IDLE_BEFORE_WARM_S)
+        time.sleep(PAUSE_S)
         later = _ask(parent, 1, log, tmp_path)
         assert later["pid"] is None and later["warm"] is True
     finally:
