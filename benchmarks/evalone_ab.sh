@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `cudal1 evaluate-one` of the elementwise program of benchmarks/evaluator_gpu.sh (evalone), wall clock,
+# `cudal1 evaluate-one` of the elementwise program of benchmarks/evalone/ (as evaluator_gpu.sh's evalone), wall clock,
 # alternating between code trees on one machine, so that a change to the start is compared on one host.
 # After `source benchmarks/gpu_setup.sh`, from the repository root:
 #
@@ -9,8 +9,6 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-gpu}
 mkdir -p "$OUT" /tmp/evalone
-printf 'import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2.0\n\ndef get_inputs():\n    return [torch.randn(4096, 4096)]\n\ndef get_init_inputs():\n    return []\n' > /tmp/evalone/ref.py
-printf 'import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.clamp_min(x, 0.0).mul_(2.0)\n' > /tmp/evalone/cand.py
 for tree in ${TREES:-.}; do
   python3 -m compileall -q "$tree/cudal1" >/dev/null 2>&1  # into the bytecode prefix, as gpu_setup.sh does
   chmod -R o+rX "$tree/cudal1"
@@ -18,8 +16,8 @@ done
 for round in $(seq "${ROUNDS:-3}"); do
   for tree in ${TREES:-.}; do
     s=$(date +%s.%N)
-    PYTHONPATH="$tree:/tmp/site" python3 -m cudal1.cli evaluate-one --reference /tmp/evalone/ref.py \
-      --candidate /tmp/evalone/cand.py --device cuda:0 --json > /tmp/evalone/ab.txt 2>&1
+    PYTHONPATH="$tree:/tmp/site" python3 -m cudal1.cli evaluate-one --reference benchmarks/evalone/ref.py \
+      --candidate benchmarks/evalone/cand.py --device cuda:0 --json > /tmp/evalone/ab.txt 2>&1
     e=$(date +%s.%N)
     python3 -c "import json,sys; r=json.loads(open('/tmp/evalone/ab.txt').read().strip().splitlines()[-1]); print(json.dumps({'tree': sys.argv[1], 'round': int(sys.argv[2]), 'wall_s': round($e-$s, 2), 'status': r['status'], 'speedup': r['speedup'], 'eval_s': r.get('eval_s')}))" \
       "$tree" "$round" | tee -a "$OUT/evalone-ab.jsonl" || tail -n 5 /tmp/evalone/ab.txt

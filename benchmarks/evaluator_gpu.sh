@@ -52,11 +52,9 @@ for step in ${STEPS:-overhead}; do
     evalone)
       stamp evalone
       mkdir -p /tmp/evalone
-      printf 'import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2.0\n\ndef get_inputs():\n    return [torch.randn(4096, 4096)]\n\ndef get_init_inputs():\n    return []\n' > /tmp/evalone/ref.py
-      printf 'import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.clamp_min(x, 0.0).mul_(2.0)\n' > /tmp/evalone/cand.py
       for k in 1 2; do
         s=$(date +%s.%N)
-        python3 -m cudal1.cli evaluate-one --reference /tmp/evalone/ref.py --candidate /tmp/evalone/cand.py \
+        python3 -m cudal1.cli evaluate-one --reference benchmarks/evalone/ref.py --candidate benchmarks/evalone/cand.py \
           --device cuda:0 --json > /tmp/evalone/out$k.txt 2>&1
         e=$(date +%s.%N)
         tail -n 1 /tmp/evalone/out$k.txt
@@ -64,8 +62,8 @@ for step in ${STEPS:-overhead}; do
       done
       python3 -c "import time; t=time.perf_counter(); import torch; i=time.perf_counter(); torch.zeros(1, device='cuda'); print('import torch s', round(i-t, 2), 'cuda context s', round(time.perf_counter()-i, 2))"
       # Where the wall clock goes: the parent's profile of a third call
-      python3 -m cProfile -o /tmp/evalone/p.prof -m cudal1.cli evaluate-one --reference /tmp/evalone/ref.py \
-        --candidate /tmp/evalone/cand.py --device cuda:0 --json > /dev/null 2>&1
+      python3 -m cProfile -o /tmp/evalone/p.prof -m cudal1.cli evaluate-one --reference benchmarks/evalone/ref.py \
+        --candidate benchmarks/evalone/cand.py --device cuda:0 --json > /dev/null 2>&1
       python3 -c "import pstats; pstats.Stats('/tmp/evalone/p.prof').sort_stats('cumulative').print_stats(60)" \
         > "$OUT/evalone-profile.txt" 2>&1
       cp "$OUT/evaluate_one_2.json" "$OUT/evaluate_one.json" 2>/dev/null; cat "$OUT"/evaluate_one_*.json ;;

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +38,32 @@ def _until(sock: socket.socket, wanted: Any) -> dict[str, Any]:
             return answer
 
 
-def _server(when: str) -> tuple[socket.socket, subprocess.Popen]:
+@contextmanager
+def _serving(tmp_path: Path, argv: list[str], pythonpath: str = str(REPO)) -> Iterator[tuple[socket.socket, int]]:
+    """A real fork server started with ``argv`` (its socket's descriptor as ``{fd}``), its end of the pair,
+    and a log the workers write to; the server ends when its end closes."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    server = subprocess.Popen([sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()),
-                               "--warm", when],
-                              pass_fds=[child.fileno()], cwd=REPO, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    server = subprocess.Popen([sys.executable, *(a.format(fd=child.fileno()) for a in argv)],
+                              pass_fds=[child.fileno()], cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": pythonpath})
     child.close()
-    return parent, server
+    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        yield parent, log
+    finally:
+        os.close(log)
+        parent.shutdown(socket.SHUT_RDWR)
+        parent.close()
+        _, err = server.communicate(timeout=30)
+        (tmp_path / "server.log").write_text(err)
+
+
+def _zygote(when: str) -> list[str]:
+    return ["-m", "cudal1.evaluator.zygote", "--sock-fd", "{fd}", "--warm", when]
 
 
 def test_first_worker_is_forked_before_the_warm_imports_and_later_ones_after(tmp_path: Path) -> None:
-    parent, server = _server("idle")  # a GPU's host
-    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
+    with _serving(tmp_path, _zygote("idle")) as (parent, log):  # a GPU's host
         first = _ask(parent, 0, log, tmp_path)  # sent before the server has even imported torch
         assert first["pid"] and first["warm"] is False
         assert _until(parent, lambda a: a.get("exit") == first["pid"])["code"] == 2
@@ -57,24 +71,12 @@ def test_first_worker_is_forked_before_the_warm_imports_and_later_ones_after(tmp
         later = _ask(parent, 1, log, tmp_path)
         assert later["pid"] and later["warm"] is True
         assert _until(parent, lambda a: a.get("exit") == later["pid"])["code"] == 2
-    finally:
-        os.close(log)
-        parent.shutdown(socket.SHUT_RDWR)
-        parent.close()
-        server.wait(timeout=30)
     assert "worker_main: error" in (tmp_path / "workers.log").read_text()  # the workers ran, and said why they ended
 
 
 def test_a_server_told_to_warm_at_its_start_forks_every_worker_warm(tmp_path: Path) -> None:
-    parent, server = _server("start")  # a machine of a few cores: nothing imports beside a CPU's timing
-    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
+    with _serving(tmp_path, _zygote("start")) as (parent, log):  # few cores: nothing imports beside a CPU's timing
         assert _ask(parent, 0, log, tmp_path)["warm"] is True
-    finally:
-        os.close(log)
-        parent.shutdown(socket.SHUT_RDWR)
-        parent.close()
-        server.wait(timeout=30)
 
 
 def test_warm_imports_that_leave_the_server_unsafe_send_later_workers_to_a_fresh_start(tmp_path: Path) -> None:
@@ -82,22 +84,11 @@ def test_warm_imports_that_leave_the_server_unsafe_send_later_workers_to_a_fresh
     answers with no pid, so the parent starts those workers afresh (forking.fork_worker returns None)."""
     (tmp_path / "starts_a_thread.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     script = ("import sys\nfrom cudal1.evaluator import zygote\nzygote._WARM = ('starts_a_thread',)\n"
-              f"sys.argv = ['zygote', '--sock-fd', '{child.fileno()}', '--warm', 'idle']\nzygote.main()\n")
-    server = subprocess.Popen([sys.executable, "-c", script], pass_fds=[child.fileno()], cwd=REPO,
-                              stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"})
-    child.close()
-    log = os.open(tmp_path / "workers.log", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
+              "sys.argv = ['zygote', '--sock-fd', '{fd}', '--warm', 'idle']\nzygote.main()\n")
+    with _serving(tmp_path, ["-c", script], f"{REPO}{os.pathsep}{tmp_path}") as (parent, log):
         assert _ask(parent, 0, log, tmp_path)["pid"]  # before the warm imports: forked
         time.sleep(PAUSE_S)
         later = _ask(parent, 1, log, tmp_path)
         assert later["pid"] is None and later["warm"] is True
-    finally:
-        os.close(log)
-        parent.shutdown(socket.SHUT_RDWR)
-        parent.close()
-        _, err = server.communicate(timeout=30)
-    assert "cannot fork workers after the warm imports: 1 threads started" in err
+    assert "cannot fork workers after the warm imports: 1 threads started" in (tmp_path / "server.log").read_text()

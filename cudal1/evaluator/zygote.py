@@ -197,9 +197,9 @@ def _reap(sock: socket.socket) -> None:
 
 
 def warm_aside() -> str | None:
-    """The warm imports in a pause of a serving server, on the spare cores (a device may be timing on its
-    own core by then), the server's cores as before afterwards, for the children it forks next. Returns
-    why it can no longer fork (:func:`fork_unsafe`), or None."""
+    """The warm imports, at the server's start or in a pause of a serving server: on the spare cores (a
+    device may be timing on its own core by then), the server's cores as before afterwards, for the
+    children it forks next. Returns why it can no longer fork (:func:`fork_unsafe`), or None."""
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     # Counted just before: a thread of torch's own start that ended since would hide one they started.
     before = threads()
@@ -254,10 +254,7 @@ def main() -> None:
     args = parser.parse_args()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    before = threads()
-    if args.warm == "start":
-        warm()
-    unsafe = fork_unsafe(before)
+    unsafe = warm_aside() if args.warm == "start" else fork_unsafe(threads())
     if unsafe:  # the parent then starts each worker afresh
         sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
     serve(socket.socket(fileno=args.sock_fd), warmed=args.warm == "start")
