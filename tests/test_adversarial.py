@@ -312,16 +312,32 @@ def test_reference_as_its_own_candidate_is_not_faster(stem: str, config: EvalCon
 
     problem = load_problem(stem)
     source = problem.source.replace("class Model(", "class ModelNew(")
-    # A measurement the evaluator flags "contended" (another process held the timed core) is not
-    # evidence of a bias; up to two more are taken for one that is not (tests/test_contention.py).
-    for _ in range(3):
-        evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"), config,
-                                        reference=reference_sessions(stem))
-        if "contended" not in evaluation.flags:
-            break
-    assert evaluation.status is Status.OK, describe(evaluation)
-    bound = NOISY_HONEST if "noisy" in evaluation.flags else HONEST
-    assert evaluation.speedup is not None and 1 / bound <= evaluation.speedup <= bound, describe(evaluation)
+
+    def control() -> Evaluation:
+        # A measurement the evaluator flags "contended" (another process held the timed core) is not
+        # evidence of a bias; up to two more are taken for one that is not (tests/test_contention.py).
+        for _ in range(3):
+            evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"),
+                                            config, reference=reference_sessions(stem))
+            if "contended" not in evaluation.flags:
+                break
+        assert evaluation.status is Status.OK, describe(evaluation)
+        return evaluation
+
+    def honest(evaluation: Evaluation) -> bool:
+        bound = NOISY_HONEST if "noisy" in evaluation.flags else HONEST
+        return evaluation.speedup is not None and 1 / bound <= evaluation.speedup <= bound
+
+    # Load on the *other* core (CI's parallel test workers) slows a memory-bound kernel of 0.07 ms with no
+    # run-queue wait to see: the cache and memory bandwidth are shared. One CI evaluation of scale_shift
+    # read 0.555x, unflagged, over three consistent trials (docs/evaluator.md, "Limits we know of"). A
+    # bias is in every evaluation, a burst of load in one: where the first strays, the middle of three
+    # decides.
+    evaluations = [control()]
+    if not honest(evaluations[0]):
+        evaluations += [control(), control()]
+    middle = sorted(evaluations, key=lambda e: e.speedup or 0.0)[len(evaluations) // 2]
+    assert honest(middle), "; ".join(describe(e) for e in evaluations)
 
 
 def test_table_covers_the_catalogue() -> None:
