@@ -57,7 +57,10 @@ def main() -> None:
     ap.add_argument("--agree-with", type=Path, default=None, help="an earlier run's results.jsonl")
     ap.add_argument("--costs-from", type=Path, default=None,
                     help="an earlier run's results.jsonl: problems go to the devices largest first by what they "
-                         "cost there (schedule.expected_costs); by default what --out already holds")
+                         "cost there (schedule.expected_costs), and the programs re-checked there get a second "
+                         "worker loaded ahead (recheck.Twins); by default what --out already holds")
+    ap.add_argument("--recheck-ahead", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --costs-from: load a second worker ahead for each re-check it foretells")
     ap.add_argument("--graph-inputs", action=argparse.BooleanOptionalAction, default=EvalConfig.graph_inputs,
                     help="EvalConfig.graph_inputs: inputs and L2 flush as a CUDA graph")
     ap.add_argument("--clock", choices=("host", "events"), default=EvalConfig.clock, help="EvalConfig.clock")
@@ -96,9 +99,11 @@ def main() -> None:
         print(f"[{done[0]}/{len(candidates)} {time.perf_counter() - started:6.1f}s] {e.problem_id:7s} "
               f"{e.status.value:13s} {speed:>8s} {e.reason[:90]}", flush=True)
 
+    history = None if args.costs_from is None else load_evaluations(args.costs_from)
     evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
                   progress=progress, build_workers=args.build_workers or None, ahead=args.ahead,
-                  costs=None if args.costs_from is None else expected_costs(load_evaluations(args.costs_from)))
+                  costs=None if history is None else expected_costs(history),
+                  history=None if history is None else history if args.recheck_ahead else [])
     wall = time.perf_counter() - started
     results = load_evaluations(results_path)
     mine = [e for e in results if e.config_hash == config.hash]
@@ -112,6 +117,7 @@ def main() -> None:
         "median_speedup": statistics.median(speedups) if speedups else None,
         "time_split_s": time_split(mine), "eval_s": spread([e.eval_s or 0.0 for e in mine]), "config": config.to_dict(), "cpu_count": os.cpu_count(),
         "devices": args.devices, "ahead": args.ahead, "costs_from": None if args.costs_from is None else str(args.costs_from),
+        "rechecks_ahead": sum(bool(e.extra.get("recheck_ahead")) for e in mine),
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)

@@ -264,7 +264,7 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
     """A program measured once passed; its re-measurement in fresh workers ran out of device memory beside
     the workers loaded ahead: recorded against the harness (resumable, never the candidate's verdict)."""
     from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.evaluator import EvalConfig, recheck
     from cudal1.problems import load_starter_suite
 
     problem = load_starter_suite()[0]
@@ -273,9 +273,9 @@ def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatc
                        speedup_high=5.1)
     oom = Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
                      reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
-    monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: oom)
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: oom)
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
+    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
     assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
     assert "ran out of device memory" in result.reason
     assert session.restarts == 1  # tried once more with the batch's reference worker stopped
@@ -285,7 +285,7 @@ def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch)
     """With two GPUs the re-measurement ran on the other one, beside that device's own loop, which could be
     timing its own candidate on the same GPU at that moment. It stays on the device whose loop waits for it."""
     from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.evaluator import EvalConfig, recheck
     from cudal1.problems import load_starter_suite
 
     problem = load_starter_suite()[0]
@@ -300,9 +300,9 @@ def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch)
         references.append(kwargs.get("reference"))
         return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
 
-    monkeypatch.setattr(batch, "evaluate_candidate", measured_again)
+    monkeypatch.setattr(recheck, "evaluate_candidate", measured_again)
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), session)
+    result = recheck.recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), session)
     assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
     # against the batch's own reference worker: no second reference load, no second copy of its memory
     assert references == [session], references
@@ -323,7 +323,7 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
     """L2-34 on an H100: the re-measurement's fresh workers ran out beside the batch's own reference worker,
     even with nothing ahead. That worker stops and the re-measurement runs again: a pass there keeps it."""
     from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, batch
+    from cudal1.evaluator import EvalConfig, recheck
     from cudal1.problems import load_starter_suite
 
     problem = load_starter_suite()[0]
@@ -334,9 +334,9 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
                                reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory."),
                     Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=4.8,
                                speedup_low=4.7, speedup_high=4.95)])
-    monkeypatch.setattr(batch, "evaluate_candidate", lambda *a, **k: next(replies))
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: next(replies))
     session = _Restarts()
-    result = batch._recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
+    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
     assert session.restarts == 1
     assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
     assert result.extra["recheck_speedups"] == [5.0, 4.8]

@@ -15,15 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cudal1.candidates import (
-    HARNESS_FAILED,
-    REFERENCE_FAILED,
-    Candidate,
-    Evaluation,
-    Status,
-    load_evaluations,
-    save_evaluations,
-)
+from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
 from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
@@ -37,7 +29,9 @@ from cudal1.evaluator.core import (
 )
 from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
+from cudal1.evaluator.recheck import Twins, expected_rechecks, out_of_memory, recheck, reference_failed
 from cudal1.evaluator.schedule import (
+    Ahead,
     DeviceQueue,
     Group,
     Groups,
@@ -50,7 +44,6 @@ from cudal1.evaluator.schedule import (
     submit_builds,
 )
 from cudal1.evaluator.static import check_source
-from cudal1.evaluator.timing import agreeing_pair, interval_of
 from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
 
@@ -101,60 +94,6 @@ class _Sink:
                               f"{evaluation.reason[:300]}")
 
 
-def _recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
-             session: ReferenceSession) -> Evaluation:
-    """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process.
-    CUDA-L1 compares two single figures (reject beyond 10%); here each measurement carries the confidence
-    interval of its median, and two measurements agree unless the faster one's interval lies above the
-    slower one's by more than ``recheck_limit``: our own timing noise never rejects a program, a speed that
-    does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
-    rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
-    kept, so a lucky one never counts.
-
-    It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
-    device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
-    worker; the reference is the batch's own ``session`` (trusted code, no candidate process can reach
-    it): a fresh reference worker cost every re-measurement a reference load and twice its device memory
-    (L2-34 ran out of memory on an H100, docs/gpu-runs.md#2026-11-26-release-failfast)."""
-    measured, kept, device = [first], first, config.device
-    intervals, agreed = [interval_of(first)], False
-
-    def measure() -> Evaluation:
-        return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
-                                  quiet=quiet_after([], device))
-
-    for _ in range(config.recheck_measurements - 1):
-        second = measure()
-        if _out_of_memory(second):
-            # The reference worker's cached memory (its model, inputs, graphs) beside a fresh candidate:
-            # once more with it restarted, which gives all of it back; it loads again on its next use.
-            session.restart()
-            second = measure()
-        if _out_of_memory(second):  # alone: the harness's failure
-            return _reference_failed(problem, candidate, config, f"re-measurement on {device} ran out of device "
-                                     f"memory: {second.reason}", HARNESS_FAILED)
-        if not second.ok or second.speedup is None or first.speedup is None:
-            return replace(first, status=second.status if not second.ok else Status.REJECTED,
-                           reason=f"re-measurement on {device} failed: {second.reason}", speedup=None,
-                           speedup_low=None, speedup_high=None)
-        measured.append(second)
-        kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
-        intervals = [interval_of(e) for e in measured]
-        if agreed := agreeing_pair(intervals, config.recheck_limit):
-            break
-    speedups = [e.speedup for e in measured]
-    recheck = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
-               "recheck_intervals": [list(i[1:]) for i in intervals]}
-    if not agreed:
-        shown = ", ".join(f"{s:.2f}x [{low:.2f}, {high:.2f}]" for s, low, high in intervals)
-        return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
-                       extra=first.extra | recheck,
-                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}; no two "
-                              f"intervals within {config.recheck_limit:.0%} of each other")
-    flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
-    return replace(kept, extra=kept.extra | recheck, flags=tuple(sorted(flags)))  # the kept one's own figures
-
-
 def evaluate_many(
     problems: Sequence[Problem],
     candidates: Sequence[Candidate],
@@ -166,14 +105,16 @@ def evaluate_many(
     build_workers: int | None = None,
     extensions_root: Path | None = None,
     costs: Mapping[str, float] | None = None,
+    history: Sequence[Evaluation] | None = None,
     ahead: int = AHEAD,
 ) -> list[Evaluation]:
     """Evaluate candidates against their problems on one or more devices; returns the new evaluations
     (with results_path, the file holds the earlier ones too). ``costs`` (seconds a candidate of each
     problem takes, by problem id; by default :func:`expected_costs` of what results_path already holds)
     orders the problems largest first, so on several devices the last problems handed out are short ones
-    and the devices finish together. ``ahead``: candidates each device loads ahead of the one it times
-    (:data:`AHEAD`)."""
+    and the devices finish together. ``history``: earlier evaluations to take those costs from, and the
+    candidates whose re-check above ``recheck_above`` to expect (recheck.Twins); by default what
+    results_path holds. ``ahead``: candidates each device loads ahead of the one it times (:data:`AHEAD`)."""
     if ahead < 1:
         raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
     by_id = {p.problem_id: p for p in problems}
@@ -200,7 +141,9 @@ def evaluate_many(
     order: dict[str, list[Candidate]] = {}
     for c in todo:
         order.setdefault(c.problem_id, []).append(c)
-    ordered = largest_first(list(order.items()), expected_costs(every) if costs is None else costs)
+    history = every if history is None else history
+    ordered = largest_first(list(order.items()), expected_costs(history) if costs is None else costs)
+    rechecks = expected_rechecks(history, config)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
             ThreadPoolExecutor(max_workers=workers) as pool:
         header = header_beside(beside, todo, ext_root, config)  # the precompiled torch header (pch.py)
@@ -212,7 +155,7 @@ def evaluate_many(
 
         def run_device(device: str) -> None:
             try:
-                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead).run()
+                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead, Twins(rechecks)).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -246,8 +189,8 @@ class _DeviceLoop:
     this class wires it to the evaluator and records each result."""
 
     def __init__(self, device: str, groups: Groups, builds: dict[str, Future[tuple[str, float]]], config: EvalConfig,
-                 ext_root: Path, sink: _Sink, ahead: int = AHEAD) -> None:
-        self.groups, self.builds, self.ahead = groups, builds, ahead
+                 ext_root: Path, sink: _Sink, ahead: int = AHEAD, twins: Twins | None = None) -> None:
+        self.groups, self.builds, self.ahead, self.twins = groups, builds, ahead, twins or Twins(set())
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
 
@@ -273,14 +216,15 @@ class _DeviceLoop:
         problem, cands, session_future = group
         t0 = time.perf_counter()
         if cands:
-            ahead.start_group((problem, cands[0], session_future), queue.coming(group, 0))
+            first, *coming = self.twins.around([(problem, cands[0], session_future), *queue.coming(group, 0)])
+            ahead.start_group(first, coming)
         session = _loaded(session_future)
         # The device's time outside any evaluation, booked on the evaluation it came before: on two H200s
         # the evaluations summed to 52-79% of the devices' wall (docs/gpu-runs.md#2026-11-25-fixes-verified).
         idle = {"group_wait_s": waited_s, "reference_wait_s": time.perf_counter() - t0}
         if isinstance(session, str):
             for c in cands:
-                self.sink.add(_reference_failed(problem, c, self.cfg, session))
+                self.sink.add(reference_failed(problem, c, self.cfg, session))
                 ahead.drop(c)
             return
         with session:
@@ -292,7 +236,8 @@ class _DeviceLoop:
                 mine = ahead.take(c)
                 worker = mine.worker if mine is not None else self._start_worker(problem, c)
                 loaded = mine.loaded if mine is not None else None
-                waits = ahead.prepare(queue.coming(group, i), problem)
+                # the coming candidates, with a second worker of each (this one's too) whose re-check is expected
+                waits = ahead.prepare(self.twins.around(queue.coming(group, i), (problem, c, session_future)), problem)
                 idle |= {"build_wait_s": t1 - t0, "prepare_s": time.perf_counter() - t1}
                 result = self._measure(problem, c, session, ahead, waits, prepared=worker, loaded=loaded)
                 # the device loop's whole time on the candidate, re-measurements included (expected_costs)
@@ -303,9 +248,11 @@ class _DeviceLoop:
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
+        twin = self.twins.of(c)
         result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after([] if self.cfg.pause_loads else waits, self.cfg.device), **prepared)
-        if _out_of_memory(result):
+                          quiet=quiet_after([] if self.cfg.pause_loads else waits, self.cfg.device),
+                          ready=lambda: ahead.take(twin) if twin is not None else None, **prepared)
+        if out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
             # once more with nothing ahead, before the failure is recorded.
             wait(waits)
@@ -364,36 +311,20 @@ def _loaded(future: Future) -> ReferenceSession | str:
     return session
 
 
-def _out_of_memory(result: Evaluation) -> bool:
-    """A failure for want of device memory, the harness's or the candidate's (whose load may have run
-    beside a batch of others): worth one retry with nothing ahead. Alone, the candidate's own failure
-    stands."""
-    return not result.ok and "out of memory" in result.reason.lower()
-
-
 def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
-             **kwargs: Any) -> Evaluation:
+             ready: Callable[[], Ahead[WorkerProcess] | None] = lambda: None, **kwargs: Any) -> Evaluation:
     """One evaluation (re-checked when its speedup is large) that never raises: a failure of the reference
     or of the harness itself (e.g. the parent out of device memory) is recorded against the harness,
-    never the candidate, and the batch goes on."""
+    never the candidate, and the batch goes on. ``ready`` hands over a second worker of the candidate
+    loaded ahead for its re-check (recheck.Twins), taken only when one is made."""
     try:
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
-            result = _recheck(result, problem, c, cfg, ext_root, session)
+            result = recheck(result, problem, c, cfg, ext_root, session, ready())
     except ReferenceError as exc:
-        result = _reference_failed(problem, c, cfg, str(exc))
+        result = reference_failed(problem, c, cfg, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness's own failure
-        result = _reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
+        result = reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
     finally:
         release_cache(cfg)
     return result
-
-
-def _reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str,
-                      prefix: str = REFERENCE_FAILED) -> Evaluation:
-    """An evaluation that says nothing about the candidate: its problem's reference (or the harness) failed.
-    Its reason starts with ``prefix``, which :func:`cudal1.candidates.harness_failed` looks for."""
-    flag = prefix.replace(" ", "_")
-    return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"{prefix}: {message}",
-                      flags=(flag,), device=cfg.device, device_name=device_name(cfg.device),
-                      config_hash=cfg.hash, problem_sha256=problem.sha256, candidate_sha256=c.sha256)

@@ -94,7 +94,7 @@ class EvalConfig:
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
     # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the
-    # same device, which waits for it: see batch._recheck) and rejected if the two disagree: here, when the
+    # same device, which waits for it: see recheck.recheck) and rejected if the two disagree: here, when the
     # faster one's interval lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two
     # single figures).
     recheck_above: float | None = 3.0

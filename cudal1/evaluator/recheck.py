@@ -1,0 +1,137 @@
+"""CUDA-L1's re-measurement of a large speedup, and what a batch gets ready for it: where the results
+history says a candidate's speedup was above ``recheck_above`` before, a second worker of it starts and
+loads ahead with the coming candidates (:class:`Twins`), so the re-measurement does not wait for a fresh
+process's start and load on the device's critical path. Also the evaluations a batch records for its
+harness's own failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.core import ReferenceSession, device_name, evaluate_candidate
+from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.schedule import Ahead, Coming, quiet_after
+from cudal1.evaluator.timing import agreeing_pair, interval_of
+from cudal1.problems import Problem
+
+
+def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
+            session: ReferenceSession, ready: Ahead[WorkerProcess] | None = None) -> Evaluation:
+    """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process.
+    CUDA-L1 compares two single figures (reject beyond 10%); here each measurement carries the confidence
+    interval of its median, and two measurements agree unless the faster one's interval lies above the
+    slower one's by more than ``recheck_limit``: our own timing noise never rejects a program, a speed that
+    does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
+    rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
+    kept, so a lucky one never counts.
+
+    It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
+    device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
+    worker; the reference is the batch's own ``session`` (trusted code, no candidate process can reach
+    it): a fresh reference worker cost every re-measurement a reference load and twice its device memory
+    (L2-34 ran out of memory on an H100, docs/gpu-runs.md#2026-11-26-release-failfast). ``ready``: a second
+    worker of the candidate that started and loaded ahead (:class:`Twins`), used by the first
+    re-measurement; it ran no timed call and never met the first measurement's process."""
+    measured, kept, device = [first], first, config.device
+    intervals, agreed = [interval_of(first)], False
+    ahead_used = ready is not None
+
+    def measure() -> Evaluation:
+        nonlocal ready
+        prepared = {} if ready is None else {"prepared": ready.worker, "loaded": ready.loaded}
+        ready = None  # one use: later measurements, and a retry, get a fresh worker
+        return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
+                                  quiet=quiet_after([], device), **prepared)
+
+    for _ in range(config.recheck_measurements - 1):
+        second = measure()
+        if out_of_memory(second):
+            # The reference worker's cached memory (its model, inputs, graphs) beside a fresh candidate:
+            # once more with it restarted, which gives all of it back; it loads again on its next use.
+            session.restart()
+            second = measure()
+        if out_of_memory(second):  # alone: the harness's failure
+            return reference_failed(problem, candidate, config, f"re-measurement on {device} ran out of device "
+                                     f"memory: {second.reason}", HARNESS_FAILED)
+        if not second.ok or second.speedup is None or first.speedup is None:
+            return replace(first, status=second.status if not second.ok else Status.REJECTED,
+                           reason=f"re-measurement on {device} failed: {second.reason}", speedup=None,
+                           speedup_low=None, speedup_high=None)
+        measured.append(second)
+        kept = min((kept, second), key=lambda e: e.speedup or 0.0)  # the conservative one
+        intervals = [interval_of(e) for e in measured]
+        if agreed := agreeing_pair(intervals, config.recheck_limit):
+            break
+    speedups = [e.speedup for e in measured]
+    record = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
+              "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used}
+    if not agreed:
+        shown = ", ".join(f"{s:.2f}x [{low:.2f}, {high:.2f}]" for s, low, high in intervals)
+        return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
+                       extra=first.extra | record,
+                       reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}; no two "
+                              f"intervals within {config.recheck_limit:.0%} of each other")
+    flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
+    return replace(kept, extra=kept.extra | record, flags=tuple(sorted(flags)))  # the kept one's own figures
+
+
+def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[str]:
+    """The source hashes of the candidates whose re-check the history foretells: an earlier evaluation of
+    theirs (any protocol) was re-checked or read above ``recheck_above``. A release run's re-checked
+    rows cost two to three evaluations each, a fresh worker's start and load (0.5-3 s on an H100) among
+    them (docs/gpu-runs.md#2026-11-26-two-gpu-prebuilt)."""
+    if config.recheck_above is None or not config.timing:
+        return set()
+    return {e.candidate_sha256 for e in history if e.candidate_sha256 and
+            ("recheck_speedups" in e.extra or (e.ok and (e.speedup or 0.0) > config.recheck_above))}
+
+
+class Twins:
+    """A second copy of each candidate whose re-check is expected (:func:`expected_rechecks`), in the
+    device loop's view of what comes next, so :class:`cudal1.evaluator.schedule.RunAhead` starts and
+    loads a second worker of it with the first. The copy is a distinct object (RunAhead keys workers by
+    object), made once per candidate; the device loop takes its worker only for a re-check, and one not
+    taken goes with the next batch of loads, as any worker no longer coming does."""
+
+    def __init__(self, expected: set[str]) -> None:
+        self.expected = expected
+        self.made: dict[int, Candidate] = {}
+
+    def of(self, c: Candidate) -> Candidate | None:
+        """The candidate's twin, or None when no re-check is expected."""
+        if c.sha256 not in self.expected:
+            return None
+        return self.made.setdefault(id(c), replace(c))
+
+    def around(self, coming: list[Coming], current: Coming | None = None) -> list[Coming]:
+        """``coming`` with each expected re-check's twin right after its candidate, and the ``current``
+        candidate's twin (still to be used) last: RunAhead sends a batch of loads when the first in view
+        has none, which must stay the next candidate."""
+        out: list[Coming] = []
+        for p, c, f in coming:
+            out.append((p, c, f))
+            out += [(p, t, f) for t in [self.of(c)] if t]
+        if current is not None:
+            out += [(current[0], t, current[2]) for t in [self.of(current[1])] if t]
+        return out
+
+
+def out_of_memory(result: Evaluation) -> bool:
+    """A failure for want of device memory, the harness's or the candidate's (whose load may have run
+    beside a batch of others): worth one retry with nothing ahead. Alone, the candidate's own failure
+    stands."""
+    return not result.ok and "out of memory" in result.reason.lower()
+
+
+def reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: str,
+                     prefix: str = REFERENCE_FAILED) -> Evaluation:
+    """An evaluation that says nothing about the candidate: its problem's reference (or the harness) failed.
+    Its reason starts with ``prefix``, which :func:`cudal1.candidates.harness_failed` looks for."""
+    flag = prefix.replace(" ", "_")
+    return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"{prefix}: {message}",
+                      flags=(flag,), device=cfg.device, device_name=device_name(cfg.device),
+                      config_hash=cfg.hash, problem_sha256=problem.sha256, candidate_sha256=c.sha256)
