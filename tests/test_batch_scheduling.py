@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -258,88 +257,6 @@ def test_the_wait_for_loads_ahead_is_booked_apart_from_timing() -> None:
     assert result.ok, result.reason
     assert result.extra["wait_s"] >= 1.0 > result.extra["timing_s"], result.extra
     assert result.extra["waited_for"] == "a load ahead"  # named by RunAhead.prepare in a batch
-
-
-def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatch) -> None:
-    """A program measured once passed; its re-measurement in fresh workers ran out of device memory beside
-    the workers loaded ahead: recorded against the harness (resumable, never the candidate's verdict)."""
-    from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, recheck
-    from cudal1.problems import load_starter_suite
-
-    problem = load_starter_suite()[0]
-    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
-    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
-                       speedup_high=5.1)
-    oom = Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
-                     reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
-    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: oom)
-    session = _Restarts()
-    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
-    assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
-    assert "ran out of device memory" in result.reason
-    assert session.restarts == 1  # tried once more with the batch's reference worker stopped
-
-
-def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch) -> None:
-    """With two GPUs the re-measurement ran on the other one, beside that device's own loop, which could be
-    timing its own candidate on the same GPU at that moment. It stays on the device whose loop waits for it."""
-    from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, recheck
-    from cudal1.problems import load_starter_suite
-
-    problem = load_starter_suite()[0]
-    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
-    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
-                       speedup_high=5.1, device="cuda:1")
-    used: list[str] = []
-    references: list[object] = []
-
-    def measured_again(_problem, _candidate, config, **kwargs) -> Evaluation:
-        used.append(config.device)
-        references.append(kwargs.get("reference"))
-        return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
-
-    monkeypatch.setattr(recheck, "evaluate_candidate", measured_again)
-    session = _Restarts()
-    result = recheck.recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), session)
-    assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
-    # against the batch's own reference worker: no second reference load, no second copy of its memory
-    assert references == [session], references
-    assert result.ok and result.extra["recheck_speedups"] == [5.0, 4.9]
-
-
-class _Restarts:
-    """A reference session that only counts its restarts."""
-
-    def __init__(self) -> None:
-        self.restarts = 0
-
-    def restart(self) -> None:
-        self.restarts += 1
-
-
-def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_stopped(monkeypatch) -> None:
-    """L2-34 on an H100: the re-measurement's fresh workers ran out beside the batch's own reference worker,
-    even with nothing ahead. That worker stops and the re-measurement runs again: a pass there keeps it."""
-    from cudal1.candidates import Evaluation, Status
-    from cudal1.evaluator import EvalConfig, recheck
-    from cudal1.problems import load_starter_suite
-
-    problem = load_starter_suite()[0]
-    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
-    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
-                       speedup_high=5.1)
-    replies = iter([Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
-                               reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory."),
-                    Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=4.8,
-                               speedup_low=4.7, speedup_high=4.95)])
-    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: next(replies))
-    session = _Restarts()
-    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
-    assert session.restarts == 1
-    assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
-    assert result.extra["recheck_speedups"] == [5.0, 4.8]
 
 
 def test_device_queue_release_closes_the_references_taken_early_and_starts_them_again() -> None:

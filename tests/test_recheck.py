@@ -1,10 +1,12 @@
-"""The re-measurement of large speedups (CUDA-L1's safeguard), with real workers on the CPU: a program
+"""The re-measurement of large speedups (CUDA-L1's safeguard). With real workers on the CPU: a program
 whose speed does not repeat across fresh processes. Each load of the candidate reads the next mode from
 a file, so the first, second and third measurements see different programs (all correct). File access
-is statically banned, so these run the dynamic layer alone."""
+is statically banned, so these run the dynamic layer alone. Then the re-check's own rules (its device,
+its reference worker, running out of device memory) with the measurements given."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,85 @@ def test_a_speedup_no_two_measurements_agree_on_is_rejected(shared_dir: Path) ->
         kept.append(intervals)
     assert result.status is Status.REJECTED and "not reproduced" in result.reason, (result, kept)
     assert len(result.extra["recheck_speedups"]) == 3 and result.speedup is None
+
+
+def test_a_re_measurement_out_of_device_memory_is_the_harness_failure(monkeypatch) -> None:
+    """A program measured once passed; its re-measurement in fresh workers ran out of device memory beside
+    the workers loaded ahead: recorded against the harness (resumable, never the candidate's verdict)."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, recheck
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1)
+    oom = Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
+                     reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory.")
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: oom)
+    session = _Restarts()
+    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
+    assert result.status is Status.RUNTIME_ERROR and result.harness_failed, result.reason
+    assert "ran out of device memory" in result.reason
+    assert session.restarts == 1  # tried once more with the batch's reference worker stopped
+
+
+def test_a_re_measurement_runs_on_the_first_measurements_own_device(monkeypatch) -> None:
+    """With two GPUs the re-measurement ran on the other one, beside that device's own loop, which could be
+    timing its own candidate on the same GPU at that moment. It stays on the device whose loop waits for it."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, recheck
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1, device="cuda:1")
+    used: list[str] = []
+    references: list[object] = []
+
+    def measured_again(_problem, _candidate, config, **kwargs) -> Evaluation:
+        used.append(config.device)
+        references.append(kwargs.get("reference"))
+        return replace(first, speedup=4.9, speedup_low=4.8, speedup_high=5.0, device=config.device)
+
+    monkeypatch.setattr(recheck, "evaluate_candidate", measured_again)
+    session = _Restarts()
+    result = recheck.recheck(first, problem, candidate, EvalConfig(device="cuda:1"), Path("/nonexistent"), session)
+    assert used == ["cuda:1"] and result.extra["recheck_device"] == "cuda:1", (used, result.extra)
+    # against the batch's own reference worker: no second reference load, no second copy of its memory
+    assert references == [session], references
+    assert result.ok and result.extra["recheck_speedups"] == [5.0, 4.9]
+
+
+class _Restarts:
+    """A reference session that only counts its restarts."""
+
+    def __init__(self) -> None:
+        self.restarts = 0
+
+    def restart(self) -> None:
+        self.restarts += 1
+
+
+def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_stopped(monkeypatch) -> None:
+    """L2-34 on an H100: the re-measurement's fresh workers ran out beside the batch's own reference worker,
+    even with nothing ahead. That worker stops and the re-measurement runs again: a pass there keeps it."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, recheck
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=5.0, speedup_low=4.9,
+                       speedup_high=5.1)
+    replies = iter([Evaluation(problem.problem_id, candidate.candidate_id, Status.RUNTIME_ERROR,
+                               reason="timing: out of memory: torch.OutOfMemoryError: CUDA out of memory."),
+                    Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=4.8,
+                               speedup_low=4.7, speedup_high=4.95)])
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: next(replies))
+    session = _Restarts()
+    result = recheck.recheck(first, problem, candidate, EvalConfig(), Path("/nonexistent"), session)
+    assert session.restarts == 1
+    assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
+    assert result.extra["recheck_speedups"] == [5.0, 4.8]
