@@ -32,6 +32,10 @@ def test_the_history_foretells_a_re_check_by_its_record_or_its_speedup() -> None
         Evaluation("p", "b", Status.OK, speedup=5.0, candidate_sha256="b"),  # another protocol, no re-check then
         Evaluation("p", "c", Status.OK, speedup=2.9, candidate_sha256="c"),
         Evaluation("p", "d", Status.INCORRECT, speedup=None, candidate_sha256="d"),
+        # fast, but it needed the device to itself once: a second copy would crowd its first measurement
+        Evaluation("p", "e", Status.OK, speedup=4.0, candidate_sha256="e", flags=("retried_alone",)),
+        Evaluation("p", "f", Status.OK, speedup=4.0, candidate_sha256="f"),
+        Evaluation("p", "f", Status.RUNTIME_ERROR, candidate_sha256="f", reason="timing: CUDA out of memory."),
     ]
     assert expected_rechecks(history, config) == {"a", "b"}
     assert expected_rechecks(history, EvalConfig(device="cpu", recheck_above=None)) == set()

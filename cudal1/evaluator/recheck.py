@@ -81,13 +81,17 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
 
 def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[str]:
     """The source hashes of the candidates whose re-check the history foretells: an earlier evaluation of
-    theirs (any protocol) was re-checked or read above ``recheck_above``. A release run's re-checked
-    rows cost two to three evaluations each, a fresh worker's start and load (0.5-3 s on an H100) among
-    them (docs/gpu-runs.md#2026-11-26-two-gpu-prebuilt)."""
+    theirs (any protocol) was re-checked or read above ``recheck_above``, and none ran short of device
+    memory. A release run's re-checked rows cost two to three evaluations each, a fresh worker's start
+    and load (0.5-3 s on an H100) among them (docs/gpu-runs.md#2026-11-26-two-gpu-prebuilt)."""
     if config.recheck_above is None or not config.timing:
         return set()
+    history = list(history)
+    # A second copy of a program that needed the device to itself (retried alone, or out of memory) would
+    # only run the first measurement out of memory, and cost it a retry alone
+    crowded = {e.candidate_sha256 for e in history if "retried_alone" in e.flags or out_of_memory(e)}
     return {e.candidate_sha256 for e in history if e.candidate_sha256 and
-            ("recheck_speedups" in e.extra or (e.ok and (e.speedup or 0.0) > config.recheck_above))}
+            ("recheck_speedups" in e.extra or (e.ok and (e.speedup or 0.0) > config.recheck_above))} - crowded
 
 
 class Twins:
