@@ -93,3 +93,21 @@ def test_graph_inputs_stay_eager_off_cuda(tmp_path) -> None:
     assert reply["ok"] and reply["graphed"] is False and worker.graphed is None and worker.plan is not None
     timed = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": [5, 6, 7], "spot": [], "print_key": 3})
     assert timed["ok"] and not timed["problems"] and len(timed["fingerprints"]) == 3
+
+
+def test_calls_per_trial_count_whole_iterations_not_the_last_call(tmp_path) -> None:
+    """Each timed call draws the next call's inputs, so the last one, which draws none, says nothing of what
+    a call costs: it is left out of ``call_ms``, which sets the calls per trial (timing.calls_per_trial; on a
+    CPU its 0.05-0.8 ms set them for 1.4-3.6 ms calls). A two-call calibration batch reports one whole
+    iteration."""
+    problem = next(p for p in load_problems("starter") if p.name == "ReLU")
+    path = tmp_path / "reference.py"
+    path.write_text(problem.source)
+    worker = Worker("cpu", 1, flush_l2=False)
+    assert worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})["ok"]
+    batch = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": [5, 6, 7, 8], "spot": [], "print_key": 3})
+    assert len(batch["ms"]) == 4 and len(batch["call_ms"]) == 3, batch["call_ms"]
+    calibration = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": [9, 10], "spot": [], "print_key": 4})
+    assert len(calibration["call_ms"]) == 1
+    # the iteration holds the first call's timed forward and the draw of the second call's inputs
+    assert calibration["call_ms"][0] > calibration["ms"][0], calibration
