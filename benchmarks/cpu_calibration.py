@@ -12,6 +12,7 @@ import time
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator import EvalConfig, evaluate_candidate
+from cudal1.generation.templates import template_source
 from cudal1.problems import load_starter_suite
 
 NAMES = ("Square_matmul", "ReLU", "GELU", "Sum_reduction_dim1", "LayerNorm")
@@ -21,8 +22,7 @@ def main() -> None:
     config = EvalConfig(device="cpu", correctness_trials=5, timing_trials=7, target_trial_ms=40.0, cpu_threads=1)
     total = 0.0
     for problem in (p for p in load_starter_suite() if p.name in NAMES):
-        candidate = Candidate(problem.problem_id, problem.source.replace("class Model(", "class ModelNew("),
-                              origin="control")
+        candidate = Candidate(problem.problem_id, template_source(problem, "baseline"), origin="control")
         started = time.perf_counter()
         e = evaluate_candidate(problem, candidate, config)
         wall = time.perf_counter() - started

@@ -1,8 +1,8 @@
 """Re-checks with the re-measurement's worker loaded ahead (recheck.Twins) or started afresh, alternating on
-one machine. Every program of the starter suite is its own reference renamed to ``ModelNew`` and every ok
-speedup is re-checked (``recheck_above`` 0), so each row has a re-measurement or two. A first batch with
-no history makes the history the later "ahead" batches are given; then each round runs both ways, in
-alternating order.
+one machine. Every program of the starter suite is its own reference as ``ModelNew`` (the template
+teacher's ``baseline``) and every ok speedup is re-checked (``recheck_above`` 0), so each row has a
+re-measurement or two. A first batch with no history makes the history the later "ahead" batches are
+given; then each round runs both ways, in alternating order.
 
     .venv/bin/python benchmarks/recheck_ahead.py --device cpu --rounds 3
 
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cudal1.candidates import Candidate, Evaluation, load_evaluations  # noqa: E402
 from cudal1.evaluator import EvalConfig  # noqa: E402
 from cudal1.evaluator.batch import evaluate_many  # noqa: E402
+from cudal1.generation.templates import template_source  # noqa: E402
 from cudal1.problems import load_starter_suite  # noqa: E402
 
 
@@ -44,25 +45,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     problems = load_starter_suite()
-    candidates = [Candidate(p.problem_id, p.source.replace("class Model(", "class ModelNew("), origin="control")
-                  for p in problems]
+    candidates = [Candidate(p.problem_id, template_source(p, "baseline"), origin="control") for p in problems]
     config = EvalConfig(device=args.device, recheck_above=0.0)
     root = Path(tempfile.mkdtemp(prefix="recheck-ahead-"))
+    runs: list[dict] = []
 
-    def batch(name: str, history: list[Evaluation] | None) -> list[Evaluation]:
+    def batch(name: str, history: list[Evaluation]) -> None:
+        """One batch; an empty history foretells no re-check, so every re-measurement starts afresh."""
         started = time.perf_counter()
-        rows = evaluate_many(problems, candidates, config, results_path=root / f"{name}.jsonl",
-                             history=history if history is not None else [])
+        rows = evaluate_many(problems, candidates, config, results_path=root / f"{name}.jsonl", history=history)
         runs.append(summary("ahead" if history else "fresh", rows, time.perf_counter() - started) | {"batch": name})
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-        return rows
 
-    runs: list[dict] = []
-    batch("history", None)
+    batch("history", [])
     history = load_evaluations(root / "history.jsonl")
     for r in range(args.rounds):
         for mode in (("fresh", "ahead") if r % 2 else ("ahead", "fresh")):
-            batch(f"{mode}-{r}", history if mode == "ahead" else None)
+            batch(f"{mode}-{r}", history if mode == "ahead" else [])
     totals = {mode: [run["row_s"] for run in runs[1:] if run["mode"] == mode] for mode in ("fresh", "ahead")}
     print(json.dumps({"device": args.device, "runs": runs, "row_s": totals}, indent=1))
 

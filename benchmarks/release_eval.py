@@ -99,11 +99,14 @@ def main() -> None:
         print(f"[{done[0]}/{len(candidates)} {time.perf_counter() - started:6.1f}s] {e.problem_id:7s} "
               f"{e.status.value:13s} {speed:>8s} {e.reason[:90]}", flush=True)
 
-    history = None if args.costs_from is None else load_evaluations(args.costs_from)
+    # An earlier run's results: evaluate_many takes the costs and the expected re-checks from them; with
+    # --no-recheck-ahead the costs alone
+    earlier: dict = {}
+    if args.costs_from is not None:
+        history = load_evaluations(args.costs_from)
+        earlier = {"history": history} if args.recheck_ahead else {"costs": expected_costs(history), "history": []}
     evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
-                  progress=progress, build_workers=args.build_workers or None, ahead=args.ahead,
-                  costs=None if history is None else expected_costs(history),
-                  history=None if history is None else history if args.recheck_ahead else [])
+                  progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
     wall = time.perf_counter() - started
     results = load_evaluations(results_path)
     mine = [e for e in results if e.config_hash == config.hash]

@@ -12,6 +12,7 @@ from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.recheck import Twins, expected_rechecks
 from cudal1.evaluator.schedule import RunAhead
+from cudal1.generation.templates import template_source
 from cudal1.problems import Problem, load_starter_suite
 
 
@@ -85,8 +86,7 @@ def test_a_batch_re_checks_in_the_worker_loaded_ahead_where_the_history_expects_
     ahead. Both measure the reference against itself, so each re-check has two measurements or more."""
     problems = [p for p in load_starter_suite() if p.name in ("Diag_matmul", "Square_matmul")]
     assert len(problems) == 2
-    candidates = [Candidate(p.problem_id, p.source.replace("class Model(", "class ModelNew("), origin="control")
-                  for p in problems]
+    candidates = [Candidate(p.problem_id, template_source(p, "baseline"), origin="control") for p in problems]
     config = EvalConfig(device="cpu", correctness_trials=1, edge_trials=0, timing_trials=3, target_trial_ms=5,
                         recheck_above=0.0, run_timeout_s=60)
     first = evaluate_many(problems, candidates, config, results_path=tmp_path / "first.jsonl")

@@ -118,9 +118,10 @@ class Twins:
         out: list[Coming] = []
         for p, c, f in coming:
             out.append((p, c, f))
-            out += [(p, t, f) for t in [self.of(c)] if t]
-        if current is not None:
-            out += [(current[0], t, current[2]) for t in [self.of(current[1])] if t]
+            if (twin := self.of(c)) is not None:
+                out.append((p, twin, f))
+        if current is not None and (twin := self.of(current[1])) is not None:
+            out.append((current[0], twin, current[2]))
         return out
 
 

@@ -14,6 +14,7 @@ import torch
 from cudal1.candidates import Candidate, Status, load_evaluations
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
+from cudal1.generation.templates import template_source
 from cudal1.problems import load_starter_suite
 
 pytestmark = [
@@ -24,8 +25,7 @@ pytestmark = [
 
 def test_a_foretold_re_check_runs_in_the_worker_loaded_ahead_on_the_gpu(tmp_path: Path) -> None:
     problems = [p for p in load_starter_suite() if p.name in ("Diag_matmul", "Square_matmul", "GELU")]
-    candidates = [Candidate(p.problem_id, p.source.replace("class Model(", "class ModelNew("), origin="control")
-                  for p in problems]
+    candidates = [Candidate(p.problem_id, template_source(p, "baseline"), origin="control") for p in problems]
     config = EvalConfig(device="cuda:0", recheck_above=0.0)  # every ok speedup is re-checked
     first = evaluate_many(problems, candidates, config, results_path=tmp_path / "first.jsonl")
     second = evaluate_many(problems, candidates, config, results_path=tmp_path / "second.jsonl",
