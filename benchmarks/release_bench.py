@@ -15,7 +15,10 @@ A two-GPU measurement made apart from the cold and warm runs (one GPU against bo
 machine, the same rows) goes into an existing JSON with ``--update``, the rest of it kept:
 
     python benchmarks/release_bench.py --update --one-gpu RUN/one --two-gpu RUN/two \
-        --command "the command that made these two runs" --json docs/benchmarks/release-h100.json
+        [--one-gpu RUN/one-again --two-gpu RUN/two-again ...] \
+        --command "the command that made these runs" --json docs/benchmarks/release-h100.json
+
+Repeated pairs give the median of their ratios, each pair listed in ``details.two_gpu.pairs``.
 
 The per-row table has every row of the release (250): rows whose release carries no program have status
 ``no_program``; it holds our measurements only (the release's reported scores stay in ../shared).
@@ -166,21 +169,32 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
         figures["details"]["two_gpu"] = two_gpu
 
 
-def update_two_gpu(figures: dict[str, Any], one: Path, two: Path, command: str, date: str,
+def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], command: str, date: str,
                    build_cache: str = "empty") -> dict[str, Any]:
-    """``figures`` with two_gpu_speedup from a one-GPU and a two-GPU run of the same rows on one machine,
-    and where it came from in ``details.two_gpu`` (its own GPU, date, command and rows, and whether both
-    runs started with an empty build cache or a warm one: a cold run's builds are CPU work that more GPUs
-    do not share out)."""
-    one_run, two_run = run_summary(one), run_summary(two)
-    ones, twos = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")
-    if sorted(e.problem_id for e in ones) != sorted(e.problem_id for e in twos):
-        raise SystemExit(f"{one} and {two} measured different rows: their rates do not compare")
-    figures["two_gpu_speedup"] = round(rate(two) / rate(one), 3)
+    """``figures`` with two_gpu_speedup from one-GPU and two-GPU runs of the same rows on one machine, and
+    where it came from in ``details.two_gpu`` (its own GPU, date, command and rows, and whether both runs
+    started with an empty build cache or a warm one: a cold run's builds are CPU work that more GPUs do not
+    share out). Several pairs (the i-th one-GPU run with the i-th two-GPU run) give the median of their
+    ratios, every pair listed: one pair's ratio moves by a few per cent between repeats on the same host."""
+    if len(ones) != len(twos) or not ones:
+        raise SystemExit(f"{len(ones)} one-GPU runs against {len(twos)} two-GPU runs: give them in pairs")
+    pairs, rows, gpu = [], None, ""
+    for one, two in zip(ones, twos):
+        one_run, two_run = run_summary(one), run_summary(two)
+        a, b = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")
+        ids = sorted(e.problem_id for e in a)
+        if ids != sorted(e.problem_id for e in b) or (rows is not None and ids != rows):
+            raise SystemExit(f"{one} and {two} measured different rows (or rows other than the first pair's): "
+                             "their rates do not compare")
+        rows, gpu = ids, gpu or next((e.device_name for e in b if e.device_name), "")
+        pairs.append({"one_gpu": str(one), "two_gpu": str(two), "one_gpu_wall_s": one_run["wall_s"],
+                      "two_gpu_wall_s": two_run["wall_s"], "speedup": round(rate(two) / rate(one), 3)})
+    figures["two_gpu_speedup"] = round(statistics.median(p["speedup"] for p in pairs), 3)
+    middle = sorted(pairs, key=lambda p: p["speedup"])[(len(pairs) - 1) // 2]
     figures.setdefault("details", {})["two_gpu"] = {
-        "gpu": next((e.device_name for e in twos if e.device_name), ""), "date": date, "command": command,
-        "programs": len(twos), "one_gpu_wall_s": one_run["wall_s"], "two_gpu_wall_s": two_run["wall_s"],
-        "build_cache": build_cache}
+        "gpu": gpu, "date": date, "command": command, "programs": len(rows or []),
+        "one_gpu_wall_s": middle["one_gpu_wall_s"], "two_gpu_wall_s": middle["two_gpu_wall_s"],
+        "build_cache": build_cache, **({"pairs": pairs} if len(pairs) > 1 else {})}
     return figures
 
 
@@ -190,8 +204,10 @@ def main() -> None:
     ap.add_argument("--cold", type=Path, help="release_eval.py output of the empty-cache run")
     ap.add_argument("--warm", type=Path, help="the same rows again, warm build cache")
     ap.add_argument("--update", action="store_true", help="only two_gpu_speedup, into the existing --json")
-    ap.add_argument("--one-gpu", type=Path, help="a run on one GPU of the two-GPU machine")
-    ap.add_argument("--two-gpu", type=Path, help="the same rows on both GPUs of that machine")
+    ap.add_argument("--one-gpu", type=Path, action="append", default=[],
+                    help="a run on one GPU of the two-GPU machine (repeat, with --two-gpu, for repeated pairs)")
+    ap.add_argument("--two-gpu", type=Path, action="append", default=[],
+                    help="the same rows on both GPUs of that machine")
     ap.add_argument("--build-cache", choices=("empty", "warm"), default="empty",
                     help="how both runs of --one-gpu and --two-gpu started (recorded with the figure)")
     ap.add_argument("--overhead", type=Path, help="benchmarks/timing_overhead.py --json output")

@@ -33,3 +33,24 @@ def test_a_summary_written_by_a_resume_is_refused(tmp_path: Path) -> None:
     run = _run(tmp_path, evaluated_here=0, wall_s=0.2)  # what overwrote a 119 s run's summary on the H100
     with pytest.raises(SystemExit, match="resumed this folder .0 of 35 evaluations."):
         bench.rate(run)
+
+
+def test_repeated_pairs_give_the_median_ratio_and_list_every_pair(tmp_path: Path) -> None:
+    """The committed runs of 2026-11-27: the same 53 rows, three one-GPU/two-GPU pairs on one host."""
+    bench = load_script("release_bench")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-h100"
+    ones = [runs / f"{p}-warm-one-gpu" for p in "npq"]
+    twos = [runs / f"{p}-warm-two-gpu" for p in "npq"]
+    figures = bench.update_two_gpu({}, ones, twos, "cmd", "2026-11-27", "warm")
+    pairs = figures["details"]["two_gpu"]["pairs"]
+    assert [p["speedup"] for p in pairs] == [round(bench.rate(t) / bench.rate(o), 3) for o, t in zip(ones, twos)]
+    assert figures["two_gpu_speedup"] == sorted(p["speedup"] for p in pairs)[1]
+    assert figures["details"]["two_gpu"]["programs"] == 53
+    with pytest.raises(SystemExit, match="in pairs"):
+        bench.update_two_gpu({}, ones, twos[:2], "cmd", "2026-11-27")
+    fewer = tmp_path / "one-row-fewer"
+    fewer.mkdir()
+    (fewer / "summary.json").write_text((ones[1] / "summary.json").read_text())
+    (fewer / "results.jsonl").write_text("".join((ones[1] / "results.jsonl").read_text().splitlines(True)[1:]))
+    with pytest.raises(SystemExit, match="different rows"):
+        bench.update_two_gpu({}, [ones[0], fewer], twos[:2], "cmd", "2026-11-27")
