@@ -3,6 +3,7 @@ passes through unchanged, and a build that succeeds is ninja's own. Real ninja, 
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -101,3 +102,27 @@ def test_a_worker_build_stops_at_its_first_failed_compile(ext_root: Path) -> Non
     log = markers[0].read_text()
     assert "#error this source does not compile" in log
     assert "build stopped: interrupted" in log, log[-2000:]
+
+
+def test_threads_starting_workers_at_once_get_one_shim_so_one_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch starts its first workers from several threads at once; a shim directory each gave their
+    workers different PATHs, and the fork servers are keyed by the environment: three servers, each
+    importing torch, at a 2-core machine's start (benchmarks/batch_start.py)."""
+    import threading
+
+    from cudal1.evaluator import failfast
+
+    monkeypatch.setattr(failfast, "_make_shim", functools.cache(failfast._make_shim.__wrapped__))
+    barrier = threading.Barrier(6)
+    paths: list[str | None] = []
+
+    def start() -> None:
+        barrier.wait()
+        paths.append(first_on_path("/usr/bin"))
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(paths) == 6 and len(set(paths)) == 1, set(paths)

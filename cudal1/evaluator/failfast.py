@@ -68,12 +68,24 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.send_signal(signal.SIGTERM)
 
 
-@functools.cache
+_SHIM_LOCK = threading.Lock()
+
+
 def shim_dir() -> Path | None:
     """A directory holding ``ninja`` (this script, run by this interpreter), readable and runnable by a
     sandboxed worker, made once per parent process and removed at its exit. Workers put it first on
     their PATH (process.py). None where it cannot run (a temp dir mounted noexec, no ninja at all):
-    the workers then run ninja itself, as before."""
+    the workers then run ninja itself, as before.
+
+    Made under a lock: a batch starts its first workers from several threads at once, and each thread
+    that made a directory of its own gave its workers another PATH, so another fork server, which imports
+    torch again (three servers at a 2-core machine's start, found by benchmarks/batch_start.py)."""
+    with _SHIM_LOCK:
+        return _make_shim()
+
+
+@functools.cache
+def _make_shim() -> Path | None:
     directory = Path(tempfile.mkdtemp(prefix="cudal1-ninja-"))
     atexit.register(shutil.rmtree, directory, True)
     shim = directory / "ninja"
