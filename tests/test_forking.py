@@ -79,3 +79,41 @@ def test_a_dead_server_is_replaced(tmp_path: Path) -> None:
     with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "b", "candidate") as second:
         second.wait_ready(120)
         assert second.call({"cmd": "probe", "out_path": str(second.workdir / "probe.pt")}, 60)["ok"]
+
+
+def test_threads_starting_workers_at_once_probe_the_transport_once(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """A batch starts its first workers from several threads; on a fresh GPU machine two first probes of
+    the descriptor transport wrote the same temporary file, and the second rename stopped the batch (an
+    H100, 2026-11-27). The probe itself needs a GPU; here it is a slow stand-in, the rest is real."""
+    import functools
+    import threading
+    import time
+
+    from cudal1.evaluator import workers
+
+    probes: list[str] = []
+
+    def slow_probe(device: str) -> bool:
+        probes.append(device)
+        time.sleep(0.2)
+        return True
+
+    monkeypatch.setattr(workers.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workers, "_probe_cache", lambda device: tmp_path / "probe.txt")
+    monkeypatch.setattr(workers, "_probe_fd_transport", slow_probe)
+    monkeypatch.setattr(workers, "_fd_transport_works", functools.cache(workers._fd_transport_works.__wrapped__))
+    barrier = threading.Barrier(6)
+    answers: list[bool] = []
+
+    def start() -> None:
+        barrier.wait()
+        answers.append(workers.fd_transport_works("cuda:0"))
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [True] * 6 and probes == ["cuda:0"]
+    assert (tmp_path / "probe.txt").read_text() == "1" and [p.name for p in tmp_path.iterdir()] == ["probe.txt"]

@@ -81,12 +81,24 @@ def compare_device(config: EvalConfig) -> str:
     return "cpu"
 
 
-@functools.cache
+_PROBE_LOCK = threading.Lock()
+
+
 def fd_transport_works(device: str) -> bool:
     """Whether a sandboxed worker's device memory reaches this process as a file descriptor: probed once
     per machine set-up (driver, torch, GPU model, uid), and the answer kept in a file only this user can
     write, so a fresh ``cudal1 evaluate-one`` does not start a probe worker each time. When it does not
-    (no POSIX-descriptor support in the driver), workers send tensors as files: slower, same checks."""
+    (no POSIX-descriptor support in the driver), workers send tensors as files: slower, same checks.
+
+    Under a lock: a batch starts its first workers from several threads, and two first probes on a fresh
+    machine wrote the same temporary file; the second rename failed and stopped the batch (on an H100,
+    2026-11-27, once the first workers no longer waited for fork servers of their own)."""
+    with _PROBE_LOCK:
+        return _fd_transport_works(device)
+
+
+@functools.cache
+def _fd_transport_works(device: str) -> bool:
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return False
     cache = _probe_cache(device)
@@ -94,7 +106,7 @@ def fd_transport_works(device: str) -> bool:
         return cache.read_text().strip() == "1"
     works = _probe_fd_transport(device)
     if cache is not None:
-        tmp = cache.with_suffix(f".{os.getpid()}")
+        tmp = cache.with_suffix(f".{os.getpid()}.{threading.get_ident()}")
         tmp.write_text("1" if works else "0")
         os.replace(tmp, cache)
     return works
