@@ -59,13 +59,12 @@ def one_batch(release: Path, rows: list[str], device: str, racy_shim: bool = Fal
     t0 = time.perf_counter()
     from cudal1.candidates import Candidate
     from cudal1.evaluator import EvalConfig, batch, failfast, forking, process, workers
-
-    if racy_shim:
-        failfast.shim_dir = functools.cache(failfast._make_shim.__wrapped__)
     from cudal1.generation.templates import template_source
     from cudal1.problems import load_cudal1_release
 
     imported = time.perf_counter() - t0
+    if racy_shim:
+        failfast.shim_dir = functools.cache(failfast._make_shim.__wrapped__)
     events: list[dict[str, Any]] = []
     _trace(events, t0, batch, "pin_cuda_arch", "pin_cuda_arch")
     _trace(events, t0, batch, "submit_builds", "submit_builds")
