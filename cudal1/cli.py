@@ -36,6 +36,14 @@ def _config(device: str, timeout_s: float | None, tolerance: float | None, trial
         raise typer.BadParameter(str(exc)) from exc
 
 
+def _prestart(config: EvalConfig) -> None:
+    """The workers' fork server starts now, so its ``import torch`` runs beside this process's (the
+    evaluator's import, next) instead of after it."""
+    from cudal1.evaluator.process import prestart_fork_server
+
+    prestart_fork_server(config.cpu_threads)
+
+
 def _read(path: Path, what: str) -> str:
     if not path.is_file():
         raise typer.BadParameter(f"{what} {path}: no such file")
@@ -69,10 +77,11 @@ def evaluate_one(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object as the last line")] = False,
 ) -> None:
     """Evaluate one candidate against one reference. Exit code 0 whatever the verdict."""
-    from cudal1.evaluator import evaluate_many
-
     config = _config(device, timeout_s, tolerance, trials, correctness_trials)
     ref_src, cand_src = _read(reference, "--reference"), _read(candidate, "--candidate")
+    _prestart(config)
+    from cudal1.evaluator import evaluate_many
+
     problem = Problem(reference.stem, 0, reference.stem, ref_src)
     # Through the batch path so a large speedup gets the same fresh-process re-check as in a batch.
     [result] = evaluate_many([problem], [Candidate(problem.problem_id, cand_src, origin=str(candidate))], config)
@@ -97,8 +106,6 @@ def evaluate(
     correctness_trials: CTrialsOpt = None,
 ) -> None:
     """Evaluate a batch: parallel builds, one timing process per device, resumable."""
-    from cudal1.evaluator import evaluate_many
-
     device_list = [d.strip() for d in devices.split(",") if d.strip()]
     config = _config(device_list[0], timeout_s, tolerance, trials, correctness_trials)
     try:
@@ -106,6 +113,9 @@ def evaluate(
     except ProblemLoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="--problems") from exc
     cand_list = _load_candidates(candidates)
+    _prestart(config)
+    from cudal1.evaluator import evaluate_many
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err) as bar:
         job = bar.add_task("evaluating", total=len(cand_list))

@@ -117,3 +117,54 @@ def test_threads_starting_workers_at_once_probe_the_transport_once(monkeypatch: 
         t.join()
     assert answers == [True] * 6 and probes == ["cuda:0"]
     assert (tmp_path / "probe.txt").read_text() == "1" and [p.name for p in tmp_path.iterdir()] == ["probe.txt"]
+
+
+def test_a_server_started_ahead_is_the_one_workers_are_forked_from(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cudal1 evaluate-one` starts the fork server before it imports the evaluator (process.
+    prestart_fork_server): the workers must then come from that server, not from one of their own, even
+    though the batch fixes TORCH_CUDA_ARCH_LIST in between (builds.pin_cuda_arch on a GPU host)."""
+    from cudal1.evaluator.process import prestart_fork_server
+
+    monkeypatch.setattr(forking, "_SERVERS", {})
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    prestart_fork_server(1)
+    [ahead] = [s for s in forking._SERVERS.values() if s is not None]
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    with WorkerProcess(WorkerSpec(device="cpu", threads=1, memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
+        worker.wait_ready(120)
+        assert isinstance(worker.proc, forking.ForkedProcess) and worker.proc.server is ahead
+        assert len(forking._SERVERS) == 1  # the worker's TORCH_CUDA_ARCH_LIST is set after the fork
+    ahead.close()
+
+
+def test_a_server_started_ahead_makes_its_warm_imports_after_its_first_fork() -> None:
+    """With `--warm idle` (a GPU's host) the warm imports come at the first pause: for a server started
+    ahead of its batch, the pause before the first request must not count, or the batch's first workers
+    would wait for seconds of imports only torch.compile programs use."""
+    import json
+    import socket
+    import sys
+    import time
+
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()),
+                             "--warm", "idle"], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+                            env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    child.close()
+    try:
+        time.sleep(4)  # torch imported, then idle well past IDLE_BEFORE_WARM_S with nothing asked
+        argv = ["-c", "pass"]
+        r, w = os.pipe()
+        socket.send_fds(parent, [json.dumps({"id": 1, "argv": argv, "cwd": "/", "env": {}, "uid": None}).encode()],
+                        [w])
+        parent.settimeout(60)
+        answer = json.loads(parent.recv(1 << 16))
+        while "exit" in answer:
+            answer = json.loads(parent.recv(1 << 16))
+        assert answer["id"] == 1 and answer["pid"] and answer["warm"] is False
+        os.close(r)
+        os.close(w)
+    finally:
+        parent.close()
+        proc.wait(timeout=30)

@@ -139,6 +139,13 @@ def _server(env: dict[str, str]) -> ForkServer | None:
         return server
 
 
+def start_fork_server(start_env: dict[str, str]) -> None:
+    """Start the server of ``start_env`` now, if it is not running, so its start is over when the first
+    worker is asked for (process.prestart_fork_server)."""
+    if enabled():
+        _server(start_env)
+
+
 def fork_worker(start_env: dict[str, str], env: dict[str, str], argv: list[str], cwd: str, uid: int | None,
                 fds: list[int], nice: int = 0) -> ForkedProcess | None:
     """Fork a worker from the server of ``start_env``: ``fds`` = [log, then the descriptors ``argv``

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.evaluator.failfast import first_on_path
-from cudal1.evaluator.forking import ForkedProcess, fork_worker
+from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
 from cudal1.evaluator.pch import cpath
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
@@ -30,8 +30,41 @@ _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIB
 
 
 # A worker's own environment, set after the fork; everything else is fixed when the fork server starts.
+# TORCH_CUDA_ARCH_LIST is read by builds only (after the fork), and a batch fixes it (builds.pin_cuda_arch)
+# after a fork server may have started (prestart_fork_server).
 _PER_WORKER = {"TMPDIR", "HOME", "USER", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-               "CUDA_VISIBLE_DEVICES", "CPATH"}
+               "CUDA_VISIBLE_DEVICES", "CPATH", "TORCH_CUDA_ARCH_LIST"}
+
+
+def base_env(threads: int) -> dict[str, str]:
+    """What every worker's environment holds before its own directories: what passes from this process,
+    the threads, the malloc thresholds, and the fail-fast ninja first on PATH."""
+    env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
+    env.update({
+        "PYTHONPATH": repo_root(),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": str(threads),  # a candidate's OpenMP gets what the reference gets
+        "MKL_NUM_THREADS": str(threads),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # no compile subprocess pool inside a worker
+        # Fixed glibc malloc thresholds: by default glibc raises its mmap threshold after the first
+        # large free, so two identical processes with different histories can differ 3x on a small
+        # elementwise op (page faults on every call in one, none in the other). Measured here.
+        "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+        "MALLOC_TRIM_THRESHOLD_": str(2**31),
+    })
+    # torch's extension builds run a ninja that stops at the first failed compile (failfast.py)
+    if (path := first_on_path(env.get("PATH"))) is not None:
+        env["PATH"] = path
+    return env
+
+
+def prestart_fork_server(threads: int = 1) -> None:
+    """Start the fork server that workers of ``threads`` threads will be forked from, before this process
+    imports torch: the server's own ``import torch`` (about 2 s on the H100 hosts, docs/gpu-runs.md#2026-11-27-batch-start)
+    then runs beside the parent's instead of after it. For one-shot commands (``cudal1 evaluate-one``);
+    where the environment changes before the first worker, that worker gets a server of its own, as
+    without this."""
+    start_fork_server({k: v for k, v in base_env(threads).items() if k not in _PER_WORKER})
 
 
 @dataclass(frozen=True)
@@ -152,27 +185,14 @@ class WorkerProcess:
         child_sock: socket.socket | None = None
         if spec.device.startswith("cuda") and not spec.hide_gpus and spec.fd_transport:
             self.fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: os.environ[k] for k in _ENV_PASS if k in os.environ}
+        env = base_env(spec.threads)
         env.update({
-            "PYTHONPATH": repo_root(),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": str(spec.threads),  # a candidate's OpenMP gets what the reference gets
-            "MKL_NUM_THREADS": str(spec.threads),
-            "TORCHINDUCTOR_COMPILE_THREADS": "1",  # no compile subprocess pool inside a worker
             "TMPDIR": str(workdir),
             "HOME": str(workdir),  # caches (inductor, triton) land in the worker's own directory
             "USER": "cudal1-sandbox",  # getpass.getuser() works for a uid without a passwd entry
             "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
             "TRITON_CACHE_DIR": str(workdir / "triton"),
-            # Fixed glibc malloc thresholds: by default glibc raises its mmap threshold after the first
-            # large free, so two identical processes with different histories can differ 3x on a small
-            # elementwise op (page faults on every call in one, none in the other). Measured here.
-            "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
-            "MALLOC_TRIM_THRESHOLD_": str(2**31),
         })
-        # torch's extension builds run a ninja that stops at the first failed compile (failfast.py)
-        if (path := first_on_path(env.get("PATH"))) is not None:
-            env["PATH"] = path
         if spec.hide_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.extensions_dir is not None:

@@ -211,7 +211,8 @@ def warm_aside() -> str | None:
 
 def serve(sock: socket.socket, warmed: bool = True) -> None:
     """Fork a worker for each request until the parent closes its end. Not yet ``warmed``: the warm
-    imports come at the first pause; if they leave the server unable to fork safely (a torch that starts
+    imports come at the first pause after the first request (a server started ahead of its batch would
+    otherwise make them before the batch's first workers); if they leave the server unable to fork safely (a torch that starts
     threads or probes CUDA on import), each later request is answered with no pid and the parent starts
     that worker afresh."""
     wake_r, wake_w = os.pipe()
@@ -219,8 +220,9 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup descriptor is written
     unsafe = None
+    served = False  # a server started ahead of its first request (process.prestart_fork_server) waits for it
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [], None if warmed else IDLE_BEFORE_WARM_S)
+        ready, _, _ = select.select([sock, wake_r], [], [], None if warmed or not served else IDLE_BEFORE_WARM_S)
         if not ready:  # a pause before anything was asked: the warm imports now
             warmed, unsafe = True, warm_aside()
             if unsafe:
@@ -235,6 +237,7 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
         if not message:
             return  # the parent closed its end
         request = json.loads(message)
+        served = True
         pid = None if unsafe else os.fork()
         if pid == 0:
             sock.close()
