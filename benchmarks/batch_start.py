@@ -26,6 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+LOAD_KEYS = ("build_s", "load_s", "first_call_s", "ready_wait_s", "load_cmd_s")
+
 
 def _trace(events: list[dict[str, Any]], t0: float, owner: Any, name: str, label: str,
            detail: Any = None, at_least_s: float = 0.0) -> None:
@@ -35,19 +37,18 @@ def _trace(events: list[dict[str, Any]], t0: float, owner: Any, name: str, label
 
     @functools.wraps(original)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter() - t0
+        start, result = time.perf_counter() - t0, None
         try:
             result = original(*args, **kwargs)
+            return result
         finally:
             end = time.perf_counter() - t0
             if end - start >= at_least_s:
+                extra = detail(args, kwargs) if detail else {}
+                if isinstance(result, dict):  # a load's reply: the worker's own split of it
+                    extra |= {k: result[k] for k in LOAD_KEYS if k in result}
                 events.append({"step": label, "start": round(start, 3), "end": round(end, 3),
-                               "thread": threading.current_thread().name}
-                              | (detail(args, kwargs) if detail else {}))
-        if isinstance(result, dict) and label.endswith("load") and events and events[-1]["step"] == label:
-            events[-1] |= {k: result[k] for k in ("build_s", "load_s", "first_call_s", "ready_wait_s", "load_cmd_s")
-                           if k in result}
-        return result
+                               "thread": threading.current_thread().name} | extra)
 
     setattr(owner, name, wrapped)
 

@@ -3,8 +3,9 @@
 Every evaluation records its trials' median per-call times (``extra.trial_ms``: reference, candidate, in
 the order timed). This recomputes each row's speedup from them with several estimators and compares every
 pair of runs given, over the rows ok in both and measured once (a re-checked row's kept figure comes from
-more than its recorded trials): the median and 95th percentile of |a - b| / a, as release_bench.py
-defines the agreement targets.
+more than its recorded trials): the median and 95th percentile of |a - b| / a, the agreement targets'
+measure (the 95th percentile here interpolated between order statistics, where release_bench.py takes
+the nearest one).
 
     python benchmarks/estimators.py RUN/a RUN/b [RUN/c ...] [--json out.json]
 """
@@ -15,32 +16,24 @@ import argparse
 import itertools
 import json
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal1.reports import percentile  # noqa: E402  linear between order statistics (numpy's default)
+
 Trials = list[list[float]]
-
-
-def quantile(values: list[float], f: float) -> float:
-    """Linear interpolation between order statistics (numpy's default).
-
-    >>> quantile([1.0, 2.0, 3.0, 4.0], 0.25)
-    1.75
-    """
-    xs = sorted(values)
-    i = f * (len(xs) - 1)
-    lo = int(i)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (i - lo)
 
 
 ESTIMATORS: dict[str, Callable[[Trials], float]] = {
     "median of the trials' ratios (in use)": lambda t: statistics.median(r / c for r, c in t),
     "ratio of the medians": lambda t: statistics.median(r for r, _ in t) / statistics.median(c for _, c in t),
     "ratio of the fastest trials": lambda t: min(r for r, _ in t) / min(c for _, c in t),
-    "ratio of the lower quartiles": lambda t: quantile([r for r, _ in t], 0.25) / quantile([c for _, c in t], 0.25),
-    "lower quartile of the ratios": lambda t: quantile([r / c for r, c in t], 0.25),
+    "ratio of the lower quartiles": lambda t: percentile([r for r, _ in t], 25) / percentile([c for _, c in t], 25),
+    "lower quartile of the ratios": lambda t: percentile([r / c for r, c in t], 25),
 }
 
 
@@ -56,6 +49,14 @@ def load_run(run: Path) -> dict[str, Trials]:
 
 
 def compare(runs: list[dict[str, Trials]]) -> dict[str, dict[str, Any]]:
+    """Each estimator's agreement over every pair of ``runs`` (rows by problem id, their trials).
+
+    >>> a = {"r": [[2.0, 1.0], [2.2, 1.0], [2.0, 1.1]]}
+    >>> b = {"r": [[2.0, 1.0], [2.1, 1.0], [2.2, 1.0]]}
+    >>> table = compare([a, b])
+    >>> table["median of the trials' ratios (in use)"]["agreement_median"], table["ratio of the fastest trials"]["agreement_median"]
+    (0.05, 0.0)
+    """
     table = {}
     for name, estimate in ESTIMATORS.items():
         deltas = []
@@ -64,7 +65,7 @@ def compare(runs: list[dict[str, Trials]]) -> dict[str, dict[str, Any]]:
                 x, y = estimate(a[pid]), estimate(b[pid])
                 deltas.append(abs(x - y) / x)
         table[name] = {"pairs": len(deltas), "agreement_median": round(statistics.median(deltas), 4),
-                       "agreement_p95": round(quantile(deltas, 0.95), 4)}
+                       "agreement_p95": round(percentile(deltas, 95), 4)}
     return table
 
 

@@ -212,9 +212,9 @@ def warm_aside() -> str | None:
 def serve(sock: socket.socket, warmed: bool = True) -> None:
     """Fork a worker for each request until the parent closes its end. Not yet ``warmed``: the warm
     imports come at the first pause after the first request (a server started ahead of its batch would
-    otherwise make them before the batch's first workers); if they leave the server unable to fork safely (a torch that starts
-    threads or probes CUDA on import), each later request is answered with no pid and the parent starts
-    that worker afresh."""
+    otherwise make them before the batch's first workers); if they leave the server unable to fork
+    safely (a torch that starts threads or probes CUDA on import), each later request is answered with
+    no pid and the parent starts that worker afresh."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
