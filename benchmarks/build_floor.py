@@ -4,6 +4,8 @@ same pool size beside one device's timed workers, each build's GPU warm-up where
 call) into an empty build cache, with nothing timed, so no build ever pauses. The wall clock of the whole is the least a cold
 run on this machine can take whatever the timing costs; each build's own wall says which programs set it.
 The precompiled torch header is compiled beside the builds, as a batch does (``--no-header``: without it).
+``--into-cache`` builds into the evaluator's own build cache and keeps it: a warm cache for runs that compare
+devices, filled without timing anything.
 
     PYTHONPATH=. python benchmarks/build_floor.py --release carry/h100.jsonl --device cuda:0 \
         --json $OUT/build-floor.json
@@ -28,6 +30,7 @@ from cudal1.candidates import Candidate  # noqa: E402
 from cudal1.evaluator.builds import header_beside, pin_cuda_arch  # noqa: E402
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.schedule import submit_builds  # noqa: E402
+from cudal1.evaluator.workers import default_extensions_root  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 
@@ -37,6 +40,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--workers", type=int, default=0, help="build pool size (default: as a one-device batch)")
     ap.add_argument("--no-header", action="store_true", help="without the precompiled torch header (as before it)")
+    ap.add_argument("--into-cache", action="store_true",
+                    help="build into the evaluator's build cache (workers.default_extensions_root) and keep it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -47,7 +52,11 @@ def main() -> None:
     workers = args.workers or max(1, (os.cpu_count() or 2) - 1 - 2)  # evaluate_many's pool beside one device
     if config.is_cuda:
         pin_cuda_arch([args.device])
-    root = Path(tempfile.mkdtemp(prefix="cudal1-build-floor-"))
+    if args.into_cache:
+        root = default_extensions_root()
+        root.mkdir(exist_ok=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="cudal1-build-floor-"))
     root.chmod(0o711)
     each: dict[str, dict] = {}
     started = time.perf_counter()
@@ -67,7 +76,8 @@ def main() -> None:
                 print(f"[{done}/{len(builds)} {time.perf_counter() - started:6.1f}s] {pid:7s} "
                       f"{wall:6.1f}s {error[:80]}", flush=True)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.into_cache:
+            shutil.rmtree(root, ignore_errors=True)
     walls = sorted(v["wall_s"] for v in each.values())
     summary = {"builds": len(each), "workers": workers, "cpu_count": os.cpu_count(),
                "wall_s": round(time.perf_counter() - started, 1),
