@@ -147,15 +147,17 @@ def start_fork_server(start_env: dict[str, str]) -> None:
 
 
 def fork_worker(start_env: dict[str, str], env: dict[str, str], argv: list[str], cwd: str, uid: int | None,
-                fds: list[int], nice: int = 0) -> ForkedProcess | None:
+                fds: list[int], nice: int = 0, groups: list[int] | None = None) -> ForkedProcess | None:
     """Fork a worker from the server of ``start_env``: ``fds`` = [log, then the descriptors ``argv``
-    names as {0}, {1}, ...]; ``env`` is the worker's whole environment. None: start it another way."""
+    names as {0}, {1}, ...]; ``env`` is the worker's whole environment; with ``uid``, ``groups`` are its
+    only groups besides its own (folders.py), and it makes files group-writable. None: start it
+    another way."""
     if not enabled():
         return None
     server = _server(start_env)
     if server is None:
         return None
-    pid = server.fork({"argv": argv, "cwd": cwd, "env": env, "uid": uid, "nice": nice}, fds)
+    pid = server.fork({"argv": argv, "cwd": cwd, "env": env, "uid": uid, "nice": nice, "groups": groups or []}, fds)
     if pid is None:
         return None
     return ForkedProcess(server, pid)

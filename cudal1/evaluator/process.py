@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.evaluator.failfast import first_on_path
+from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
 from cudal1.evaluator.pch import cpath
 
@@ -150,13 +151,6 @@ def _fresh_uid() -> int | None:
     return 200_000 + secrets.randbelow(1 << 30)
 
 
-def _chown_tree(path: Path, uid: int) -> None:
-    os.chown(path, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
-
-
 def repo_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
@@ -198,7 +192,8 @@ class WorkerProcess:
         if spec.extensions_dir is not None:
             spec.extensions_dir.mkdir(parents=True, exist_ok=True)
             # A build killed at its timeout leaves torch's lock file behind, and every later build of the
-            # same source would wait on it forever. One worker owns a candidate's directory at a time.
+            # same source would wait on it forever. A candidate's builds are done before its workers
+            # start (schedule.submit_builds); a second worker of it (folders.py) finds them built.
             for stale in spec.extensions_dir.glob("*/lock"):
                 stale.unlink(missing_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
@@ -211,11 +206,14 @@ class WorkerProcess:
             env["TRITON_CACHE_DIR"] = str(spec.extensions_dir / "triton")
         self._log = open(self.log_path, "wb")
         sandbox: dict[str, object] = {}
+        # the candidate's build folder is shared with its other workers (a re-check's twin), see folders.py
+        self.groups = [candidate_group(spec.extensions_dir)] if self.uid is not None and spec.extensions_dir else []
         if self.uid is not None:
-            _chown_tree(workdir, self.uid)
+            take_tree(workdir, self.uid)
             if spec.extensions_dir is not None:
-                _chown_tree(spec.extensions_dir, self.uid)
-            sandbox = {"user": self.uid, "group": self.uid, "extra_groups": []}
+                take_tree(spec.extensions_dir, self.uid, self.groups[0])
+            sandbox = {"user": self.uid, "group": self.uid, "extra_groups": self.groups,
+                       "umask": SHARED_UMASK if self.groups else -1}
         options = ["--device", spec.device, "--threads", str(spec.threads), "--memory-limit-mb", str(spec.memory_limit_mb)]
         if not spec.flush_l2:
             options.append("--no-flush-l2")
@@ -233,7 +231,7 @@ class WorkerProcess:
         argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options), *options]
         # Forked from a server that has torch imported (cudal1.evaluator.zygote), else started afresh.
         forked = fork_worker({k: v for k, v in env.items() if k not in _PER_WORKER}, env, [*fd_options, *options],
-                             str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice)
+                             str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice, self.groups)
         self.proc: subprocess.Popen | ForkedProcess
         if forked is not None:
             self.proc = forked

@@ -7,9 +7,10 @@ environment that must be in place before torch loads (threads, malloc thresholds
 runs untrusted code and never touches a GPU: CUDA is initialised by each child, after the fork. A child
 becomes exactly what ``python -m cudal1.evaluator.worker_main`` under ``subprocess.Popen`` would be: its own
 session, stdin /dev/null, stdout and stderr to its log, only the descriptors it was given, its
-directory, its environment and (as root) a fresh uid with no groups, set before any of its code runs.
+directory, its environment and (as root) a fresh uid whose only other group is its candidate's build
+folder's (:mod:`cudal1.evaluator.folders`), set before any of its code runs.
 
-Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid) with
+Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups) with
 the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
 cannot fork; warm: whether the fork came after the warm imports), and ``{"exit": pid, "code"}``
 when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
@@ -38,6 +39,7 @@ import torch  # noqa: F401 - the point: every child starts with torch imported
 
 from cudal1.evaluator import worker_main
 from cudal1.evaluator.cores import set_affinity, spare_cores
+from cudal1.evaluator.folders import SHARED_UMASK
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
 # most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
@@ -167,7 +169,10 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (cores.timed_core)
         uid = request.get("uid")
         if uid is not None:
-            os.setgroups([])
+            groups = [int(g) for g in request.get("groups") or []]
+            os.setgroups(groups)  # its candidate's build folder's group alone (folders.py)
+            if groups:
+                os.umask(SHARED_UMASK)
             os.setgid(uid)
             os.setuid(uid)
         own_caches()  # as the worker: gettempdir() tries a file in its TMPDIR

@@ -1,0 +1,121 @@
+"""Two sandboxed workers of one candidate share its build folder (cudal1/evaluator/folders.py): each takes
+the folder at its start, and the other still writes there, in what was there before and in what the
+other made since. On two H100s a re-check's second worker took the folder from the first, whose
+torch.compile program then failed its first call with PermissionError (docs/gpu-runs.md#2026-11-27-twin-folders).
+The writes here are the workers' own (their `probe` command saves a tensor where it is told)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cudal1.evaluator.folders import GROUP_BASE, GROUP_SPAN, candidate_group
+from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
+from cudal1.evaluator.workers import scratch_root
+
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:  # a directory a sandboxed uid may traverse, as the evaluator makes them
+    path = Path(tempfile.mkdtemp(prefix="cudal1-folders-", dir=scratch_root()))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _worker(root: Path, name: str, folder: Path) -> WorkerProcess:
+    worker = WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096, extensions_dir=folder), root / name, "candidate")
+    worker.wait_ready(120)
+    return worker
+
+
+def _writes(worker: WorkerProcess, path: Path) -> bool:
+    reply = worker.call({"cmd": "probe", "out_path": str(path)}, 60)
+    return bool(reply.get("ok")) and path.exists()
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def _as_worker(worker: WorkerProcess, action) -> None:  # noqa: ANN001 - a callable run with the worker's credentials
+    """Run ``action`` in a child with exactly the worker's uid, gid, groups and umask (read from /proc)."""
+    status = _status(worker.pid)
+    uid, gid = int(status["Uid"].split()[0]), int(status["Gid"].split()[0])
+    groups = [int(g) for g in status["Groups"].split()]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(int(status["Umask"], 8))
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status_code = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status_code) == 0
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "started"])
+def test_the_first_worker_still_writes_after_a_second_takes_the_folder(root: Path, forked: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if not forked:  # started by subprocess.Popen, as where the fork server is unavailable
+        monkeypatch.setenv("CUDAL1_FORK_WORKERS", "0")
+    folder = root / "ext" / "0123456789abcdef"
+    (folder / "inductor").mkdir(parents=True)  # made before either worker, as a prebuild's caches are
+    first = _worker(root, "first", folder)
+    try:
+        assert _writes(first, folder / "inductor" / "first.pt")
+        second = _worker(root, "second", folder)  # the twin: takes the whole tree at its start
+        try:
+            assert second.uid != first.uid
+            # in the folder, in a folder made before the second started, over a file the second wrote
+            assert _writes(first, folder / "first-after.pt")
+            assert _writes(first, folder / "inductor" / "again.pt")
+            assert _writes(second, folder / "inductor" / "second.pt")
+            assert _writes(first, folder / "inductor" / "second.pt")
+            # in a folder the second makes after its start (Inductor's cache makes its subfolders as it goes)
+            _as_worker(second, lambda: os.mkdir(folder / "inductor" / "zz"))
+            assert _writes(first, folder / "inductor" / "zz" / "first.pt")
+            assert _writes(second, folder / "inductor" / "zz" / "second.pt")
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+def test_only_that_candidates_workers_are_in_its_group(root: Path) -> None:
+    mine, other = root / "ext" / "aaaa", root / "ext" / "bbbb"
+    a = _worker(root, "a", mine)
+    try:
+        b = _worker(root, "b", other)
+        try:
+            assert candidate_group(mine) != candidate_group(other)
+            assert all(GROUP_BASE <= candidate_group(p) < GROUP_BASE + GROUP_SPAN for p in (mine, other))
+            assert mine.stat().st_gid == candidate_group(mine) and mine.stat().st_mode & stat.S_ISGID
+            assert not _writes(b, mine / "intruder.pt")  # another candidate's worker: not in the group
+            assert _writes(a, mine / "own.pt")
+            # a worker's own directory stays its alone: no group beside its own, nothing group-writable
+            assert a.workdir.stat().st_gid == a.uid and not a.workdir.stat().st_mode & stat.S_IWGRP
+        finally:
+            b.close()
+    finally:
+        a.close()
+
+
+def test_a_worker_without_a_build_folder_has_no_group(root: Path) -> None:
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), root / "w", "candidate") as worker:
+        worker.wait_ready(120)
+        assert _status(worker.pid)["Groups"] == ""
+        assert _status(worker.pid)["Umask"] == "0022"
