@@ -8,12 +8,17 @@
 #   RUN=carry/rel/cold LIMIT_S=540 RELEASE=carry/h100.jsonl bash benchmarks/release_resume.sh
 #   RUN=carry/rel/warm AGREE_WITH=carry/rel/cold LIMIT_S=540 RELEASE=carry/h100.jsonl bash benchmarks/release_resume.sh
 #
-# With AGREE_WITH the same rows as that run are evaluated (a warm rerun) and compared with it.
+# With AGREE_WITH the same rows as that run are evaluated (a warm rerun) and compared with it. COLD=0 keeps
+# the build cache for a new RUN too (e.g. a cache filled by `build_floor.py --into-cache`, or the same rows
+# on another number of GPUs: EXTRA="--devices cuda:0,cuda:1"); by default a new RUN without AGREE_WITH is cold.
 set -uo pipefail
 : "${RUN:?RUN=folder of the run}"
 RELEASE=${RELEASE:-carry/h100.jsonl}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1
-[ -f "$RUN/results.jsonl" ] || [ -n "${AGREE_WITH:-}" ] || rm -rf /tmp/cudal1-extensions
+if [ ! -f "$RUN/results.jsonl" ] && [ -z "${AGREE_WITH:-}" ] && [ "${COLD:-1}" = 1 ]; then
+  rm -rf /tmp/cudal1-extensions
+  echo "release_resume.sh: build cache emptied, a cold run (COLD=0 keeps it)" >&2
+fi
 mkdir -p "$RUN"
 args=()
 if [ -n "${AGREE_WITH:-}" ]; then
