@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.evaluator.folders import GROUP_BASE, GROUP_SPAN, candidate_group
+from cudal1.evaluator.folders import GROUP_BASE, GROUP_SPAN, candidate_group, take_tree
 from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
 from cudal1.evaluator.workers import scratch_root
 
-pytestmark = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
+needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
 
 
 @pytest.fixture
@@ -67,6 +67,7 @@ def _as_worker(worker: WorkerProcess, action) -> None:  # noqa: ANN001 - a calla
     assert os.waitstatus_to_exitcode(status_code) == 0
 
 
+@needs_sandbox
 @pytest.mark.parametrize("forked", [True, False], ids=["forked", "started"])
 def test_the_first_worker_still_writes_after_a_second_takes_the_folder(root: Path, forked: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +96,7 @@ def test_the_first_worker_still_writes_after_a_second_takes_the_folder(root: Pat
         first.close()
 
 
+@needs_sandbox
 def test_only_that_candidates_workers_are_in_its_group(root: Path) -> None:
     mine, other = root / "ext" / "aaaa", root / "ext" / "bbbb"
     a = _worker(root, "a", mine)
@@ -114,8 +116,28 @@ def test_only_that_candidates_workers_are_in_its_group(root: Path) -> None:
         a.close()
 
 
+@needs_sandbox
 def test_a_worker_without_a_build_folder_has_no_group(root: Path) -> None:
     with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), root / "w", "candidate") as worker:
         worker.wait_ready(120)
         assert _status(worker.pid)["Groups"] == ""
         assert _status(worker.pid)["Umask"] == "0022"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a folder over needs root")
+def test_a_hard_link_left_in_a_folder_does_not_hand_over_its_file(root: Path) -> None:
+    """A worker that could link a file it does not own into its folder (a host without the kernel's
+    protected_hardlinks; here root makes the link) would get that file at the next worker's start."""
+    outside = root / "parents-file"
+    outside.write_text("the parent's")
+    outside.chmod(0o600)
+    folder = root / "ext" / "cafe"
+    (folder / "sub").mkdir(parents=True)
+    os.link(outside, folder / "sub" / "link")
+    (folder / "sub" / "own.o").write_text("built")
+    take_tree(folder, 300_001, candidate_group(folder))
+    assert outside.stat().st_uid == 0 and stat.S_IMODE(outside.stat().st_mode) == 0o600
+    assert not (folder / "sub" / "link").exists() and outside.read_text() == "the parent's"
+    assert (folder / "sub" / "own.o").stat().st_uid == 300_001
+    assert (folder / "sub" / "own.o").stat().st_mode & stat.S_IWGRP
+    assert (folder / "sub").stat().st_gid == candidate_group(folder)

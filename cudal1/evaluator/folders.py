@@ -42,10 +42,16 @@ def take_tree(path: Path, uid: int, group: int | None = None) -> None:
 
 
 def _take(path: str, uid: int, gid: int, shared: bool) -> None:
+    mode, links = (st := os.lstat(path)).st_mode, st.st_nlink
+    if stat.S_ISREG(mode) and links > 1:
+        # A hard link a worker left here: handing it over would hand over the file it names, wherever that
+        # is (the parent's, another program's). The kernel's protected_hardlinks stops a worker linking
+        # a file it neither owns nor may write, but not every host sets it. Only the name here goes.
+        os.unlink(path)
+        return
     os.chown(path, uid, gid, follow_symlinks=False)
     if not shared:
         return
-    mode = os.lstat(path).st_mode
     if stat.S_ISDIR(mode):
         os.chmod(path, stat.S_IMODE(mode) | stat.S_ISGID | stat.S_IRWXG)
     elif stat.S_ISREG(mode):
