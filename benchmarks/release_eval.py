@@ -28,9 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cudal1.evaluator.config import EvalConfig  # noqa: E402
+from cudal1.evaluator.process import prestart_fork_server  # noqa: E402
+
+if __name__ == "__main__":
+    # the workers' fork server imports torch beside this script's own imports, not after them, as
+    # `cudal1 evaluate` does (about 2 s of every run's start on the H100s, docs/gpu-runs.md#2026-11-27-batch-start)
+    prestart_fork_server(EvalConfig.cpu_threads)
+
 from cudal1.candidates import Candidate, load_evaluations  # noqa: E402
 from cudal1.evaluator.batch import AHEAD, evaluate_many  # noqa: E402
-from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.schedule import expected_costs  # noqa: E402
 from cudal1.generation.templates import template_source  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402

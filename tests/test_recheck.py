@@ -179,3 +179,35 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
     assert session.restarts == 1
     assert result.ok and result.speedup == 4.8 and "rechecked" in result.flags, result
     assert result.extra["recheck_speedups"] == [5.0, 4.8]
+
+
+@pytest.mark.parametrize(("measurements", "kept"), [
+    # L2-83 on an H100 (docs/gpu-runs.md#2026-11-27-twin-folders): no two agree, each far above 3x
+    ([(74.75, 65.79, 82.17), (51.76, 50.77, 53.16), (60.62, 59.35, 61.81)], 51.76),
+    # fast once, then not: rejected, as before
+    ([(10.0, 9.8, 10.2), (2.0, 1.9, 2.1), (5.0, 4.9, 5.1)], None),
+    # above 3x twice, then at 3x: rejected
+    ([(10.0, 9.8, 10.2), (5.0, 4.9, 5.1), (3.0, 2.95, 3.05)], None),
+])
+def test_no_two_measurements_agree_kept_only_when_fast_each_time(monkeypatch, measurements, kept) -> None:
+    """The issue's rule: a program fast under every measurement is kept (at its slowest), one fast only
+    once is not. Intervals that do not agree used to reject even a program above 50x every time."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, recheck
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    figures = [Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=s, speedup_low=low,
+                          speedup_high=high, device="cuda:0") for s, low, high in measurements]
+    later = iter(figures[1:])
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: next(later))
+    config = EvalConfig(device="cuda:0")
+    assert config.recheck_above == 3.0
+    result = recheck.recheck(figures[0], problem, candidate, config, Path("/nonexistent"), _Restarts())
+    assert result.extra["recheck_speedups"] == [m[0] for m in measurements]
+    if kept is None:
+        assert result.status is Status.REJECTED and "not reproduced" in result.reason and result.speedup is None
+    else:
+        assert result.ok and result.speedup == kept, result
+        assert {"rechecked", "recheck_tiebreak", "recheck_unsteady"} <= set(result.flags)

@@ -26,8 +26,9 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     interval of its median, and two measurements agree unless the faster one's interval lies above the
     slower one's by more than ``recheck_limit``: our own timing noise never rejects a program, a speed that
     does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
-    rejects at once); a program is rejected when no two of its measurements agree, and the slowest is
-    kept, so a lucky one never counts.
+    decides at once); the slowest agreeing measurement is kept, so a lucky one never counts. Where no two
+    agree, a program that was above ``recheck_above`` under every measurement is kept at its slowest
+    (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected.
 
     It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
     device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
@@ -69,13 +70,20 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     speedups = [e.speedup for e in measured]
     record = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
               "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used}
-    if not agreed:
+    # Fast under every measurement, though no two agree (L2-83 on an H100: 74.75x, 51.76x, 60.62x, all
+    # apart): kept at the slowest, flagged. Rejected, a program punished for being fast; kept at the
+    # slowest, no measurement counts that another did not beat (docs/gpu-runs.md#2026-11-27-twin-folders).
+    fast_each_time = config.recheck_above is not None and all((e.speedup or 0.0) > config.recheck_above
+                                                               for e in measured)
+    if not agreed and not fast_each_time:
         shown = ", ".join(f"{s:.2f}x [{low:.2f}, {high:.2f}]" for s, low, high in intervals)
         return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
                        extra=first.extra | record,
                        reason=f"speedup {first.speedup:.2f}x not reproduced: {shown} on {device}; no two "
                               f"intervals within {config.recheck_limit:.0%} of each other")
     flags = set(first.flags) | set(kept.flags) | {"rechecked"} | ({"recheck_tiebreak"} if len(measured) > 2 else set())
+    if not agreed:
+        flags.add("recheck_unsteady")
     return replace(kept, extra=kept.extra | record, flags=tuple(sorted(flags)))  # the kept one's own figures
 
 
