@@ -211,3 +211,20 @@ def test_no_two_measurements_agree_kept_only_when_fast_each_time(monkeypatch, me
     else:
         assert result.ok and result.speedup == kept, result
         assert {"rechecked", "recheck_tiebreak", "recheck_unsteady"} <= set(result.flags)
+
+
+def test_with_two_measurements_a_disagreement_still_rejects(monkeypatch) -> None:
+    """recheck_measurements=2 is CUDA-L1's rule: two figures that disagree reject, however fast both are."""
+    from cudal1.candidates import Evaluation, Status
+    from cudal1.evaluator import EvalConfig, recheck
+    from cudal1.problems import load_starter_suite
+
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, "class ModelNew: pass")
+    first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=74.75, speedup_low=65.79,
+                       speedup_high=82.17, device="cuda:0")
+    second = replace(first, speedup=51.76, speedup_low=50.77, speedup_high=53.16)
+    monkeypatch.setattr(recheck, "evaluate_candidate", lambda *a, **k: second)
+    config = EvalConfig(device="cuda:0", recheck_measurements=2)
+    result = recheck.recheck(first, problem, candidate, config, Path("/nonexistent"), _Restarts())
+    assert result.status is Status.REJECTED and result.extra["recheck_speedups"] == [74.75, 51.76], result

@@ -27,8 +27,8 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     slower one's by more than ``recheck_limit``: our own timing noise never rejects a program, a speed that
     does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
     decides at once); the slowest agreeing measurement is kept, so a lucky one never counts. Where no two
-    agree, a program that was above ``recheck_above`` under every measurement is kept at its slowest
-    (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected.
+    of three agree, a program that was above ``recheck_above`` under every measurement is kept at its
+    slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected.
 
     It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
     device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
@@ -73,8 +73,9 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     # Fast under every measurement, though no two agree (L2-83 on an H100: 74.75x, 51.76x, 60.62x, all
     # apart): kept at the slowest, flagged. Rejected, a program punished for being fast; kept at the
     # slowest, no measurement counts that another did not beat (docs/gpu-runs.md#2026-11-27-twin-folders).
-    fast_each_time = config.recheck_above is not None and all((e.speedup or 0.0) > config.recheck_above
-                                                               for e in measured)
+    # Three or more measurements: with two (recheck_measurements=2, CUDA-L1's rule) a disagreement rejects.
+    fast_each_time = len(measured) > 2 and config.recheck_above is not None and \
+        all((e.speedup or 0.0) > config.recheck_above for e in measured)
     if not agreed and not fast_each_time:
         shown = ", ".join(f"{s:.2f}x [{low:.2f}, {high:.2f}]" for s, low, high in intervals)
         return replace(first, status=Status.REJECTED, speedup=None, speedup_low=None, speedup_high=None,
