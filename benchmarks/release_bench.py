@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cudal1.candidates import Evaluation, load_evaluations  # noqa: E402
+from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 
@@ -169,6 +169,15 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
         figures["details"]["two_gpu"] = two_gpu
 
 
+def built_here(run: Path) -> list[str]:
+    """Rows whose program the run built itself (its prebuild ran, and did not fail, rather than finding the
+    program built): a run said to start on a warm build cache that has any was cold for those rows. A
+    new run folder of release_resume.sh empties the cache unless told not to (COLD=0), and a two-GPU run
+    meant to be warm ran cold that way (docs/gpu-runs.md#2026-11-27-twin-folders)."""
+    return [e.problem_id for e in load_evaluations(run / "results.jsonl")
+            if (e.extra.get("prebuild_s") or 0.0) > 0.0 and e.status is not Status.COMPILE_ERROR]
+
+
 def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], command: str, date: str,
                    build_cache: str = "empty") -> dict[str, Any]:
     """``figures`` with two_gpu_speedup from one-GPU and two-GPU runs of the same rows on one machine, and
@@ -179,6 +188,11 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     if len(ones) != len(twos) or not ones:
         raise SystemExit(f"{len(ones)} one-GPU runs against {len(twos)} two-GPU runs: give them in pairs")
     pairs, rows, gpu = [], None, ""
+    for run in (ones + twos) if build_cache == "warm" else []:
+        if built := built_here(run):
+            raise SystemExit(f"{run} built {len(built)} programs itself ({', '.join(built[:5])}), so its build "
+                             "cache was not warm: run it on a filled cache (build_floor.py --into-cache, then "
+                             "release_resume.sh with COLD=0) or record it with --build-cache empty")
     for one, two in zip(ones, twos):
         one_run, two_run = run_summary(one), run_summary(two)
         a, b = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")

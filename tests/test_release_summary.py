@@ -54,3 +54,16 @@ def test_repeated_pairs_give_the_median_ratio_and_list_every_pair(tmp_path: Path
     (fewer / "results.jsonl").write_text("".join((ones[1] / "results.jsonl").read_text().splitlines(True)[1:]))
     with pytest.raises(SystemExit, match="different rows"):
         bench.update_two_gpu({}, [ones[0], fewer], twos[:2], "cmd", "2026-11-27")
+
+
+def test_a_run_that_built_programs_is_not_recorded_as_warm() -> None:
+    """The cold run of the whole release on two H100s (2026-11-27) was meant to be warm; a new run folder
+    had emptied the build cache. Given as a warm pair, it is refused, naming the rows it built."""
+    bench = load_script("release_bench")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-h100"
+    cold = runs / "r-cold-two-gpu"
+    built = bench.built_here(cold)
+    assert len(built) > 50 and "L2-34" in built
+    assert bench.built_here(runs / "q-warm-two-gpu") == []
+    with pytest.raises(SystemExit, match="was not warm"):
+        bench.update_two_gpu({}, [runs / "q-warm-one-gpu"], [cold], "cmd", "2026-11-27", "warm")
