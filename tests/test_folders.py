@@ -7,27 +7,20 @@ The writes here are the workers' own (their `probe` command saves a tensor where
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cudal1.evaluator.folders import GROUP_BASE, GROUP_SPAN, candidate_group, take_tree
 from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
-from cudal1.evaluator.workers import scratch_root
 
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
 
 
 @pytest.fixture
-def root() -> Iterator[Path]:  # a directory a sandboxed uid may traverse, as the evaluator makes them
-    path = Path(tempfile.mkdtemp(prefix="cudal1-folders-", dir=scratch_root()))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def root(ext_root: Path) -> Path:  # a directory a sandboxed uid may traverse (conftest), as the evaluator makes them
+    return ext_root
 
 
 def _worker(root: Path, name: str, folder: Path) -> WorkerProcess:

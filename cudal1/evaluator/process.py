@@ -65,7 +65,13 @@ def prestart_fork_server(threads: int = 1) -> None:
     then runs beside the parent's instead of after it. For one-shot commands (``cudal1 evaluate-one``);
     where the environment changes before the first worker, that worker gets a server of its own, as
     without this."""
-    start_fork_server({k: v for k, v in base_env(threads).items() if k not in _PER_WORKER})
+    start_fork_server(_server_env(base_env(threads)))
+
+
+def _server_env(env: dict[str, str]) -> dict[str, str]:
+    """A worker's environment less what is set after the fork: what its fork server is started with, and
+    keyed by (a server started ahead is found again only where the two are derived alike)."""
+    return {k: v for k, v in env.items() if k not in _PER_WORKER}
 
 
 @dataclass(frozen=True)
@@ -206,11 +212,12 @@ class WorkerProcess:
             env["TRITON_CACHE_DIR"] = str(spec.extensions_dir / "triton")
         self._log = open(self.log_path, "wb")
         sandbox: dict[str, object] = {}
-        # the candidate's build folder is shared with its other workers (a re-check's twin), see folders.py
-        self.groups = [candidate_group(spec.extensions_dir)] if self.uid is not None and spec.extensions_dir else []
+        self.groups: list[int] = []
         if self.uid is not None:
             take_tree(workdir, self.uid)
             if spec.extensions_dir is not None:
+                # shared with the candidate's other workers (a re-check's twin), see folders.py
+                self.groups = [candidate_group(spec.extensions_dir)]
                 take_tree(spec.extensions_dir, self.uid, self.groups[0])
             sandbox = {"user": self.uid, "group": self.uid, "extra_groups": self.groups,
                        "umask": SHARED_UMASK if self.groups else -1}
@@ -230,7 +237,7 @@ class WorkerProcess:
             fd_options += ["--fd-sock", "{2}"]
         argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options), *options]
         # Forked from a server that has torch imported (cudal1.evaluator.zygote), else started afresh.
-        forked = fork_worker({k: v for k, v in env.items() if k not in _PER_WORKER}, env, [*fd_options, *options],
+        forked = fork_worker(_server_env(env), env, [*fd_options, *options],
                              str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice, self.groups)
         self.proc: subprocess.Popen | ForkedProcess
         if forked is not None:
