@@ -168,3 +168,32 @@ def test_a_server_started_ahead_makes_its_warm_imports_after_its_first_fork() ->
     finally:
         parent.close()
         proc.wait(timeout=30)
+
+
+
+def test_a_server_whose_parent_dies_with_answers_unread_ends_quietly() -> None:
+    """A run killed at its time limit leaves the server's answers unread; the server's next read is then
+    reset, and it used to end with a ConnectionResetError traceback in the run's log. It ends quietly."""
+    import json
+    import socket
+    import sys
+    import time
+
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()),
+                             "--warm", "idle"], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    child.close()
+    r, w = os.pipe()
+    socket.send_fds(parent, [json.dumps({"id": 1, "argv": ["-c", "pass"], "cwd": "/", "env": {}, "uid": None}).encode()],
+                    [w])
+    parent.settimeout(60)
+    assert json.loads(parent.recv(1 << 16, socket.MSG_PEEK))["id"] == 1  # answered, and left unread
+    time.sleep(1.0)  # the worker's exit is reported too, and left unread
+    parent.close()
+    os.close(r)
+    os.close(w)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err

@@ -189,16 +189,28 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
     os._exit(code)
 
 
-def _reap(sock: socket.socket) -> None:
+def _tell(sock: socket.socket, answer: dict[str, object]) -> bool:
+    """Send the parent one answer; False once the parent is gone (killed at a time limit, say), so the
+    server ends quietly instead of with a traceback in the run's log."""
+    try:
+        sock.send(json.dumps(answer).encode())
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
+
+
+def _reap(sock: socket.socket) -> bool:
+    """Report each worker that ended; False once the parent is gone."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return True
         if pid == 0:
-            return
+            return True
         code = os.waitstatus_to_exitcode(status)  # -N when killed by signal N, as Popen reports it
-        sock.send(json.dumps({"exit": pid, "code": code}).encode())
+        if not _tell(sock, {"exit": pid, "code": code}):
+            return False
 
 
 def warm_aside() -> str | None:
@@ -235,10 +247,14 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-        _reap(sock)
+        if not _reap(sock):
+            return
         if sock not in ready:
             continue
-        message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 16)
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 16)
+        except ConnectionResetError:  # the parent died with answers unread (e.g. killed at a time limit)
+            return
         if not message:
             return  # the parent closed its end
         request = json.loads(message)
@@ -251,7 +267,8 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
             _child(request, fds)
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"id": request["id"], "pid": pid, "warm": warmed}).encode())
+        if not _tell(sock, {"id": request["id"], "pid": pid, "warm": warmed}):
+            return
 
 
 def main() -> None:
