@@ -5,7 +5,10 @@ though nothing was compiled; on the CPU machine the same difference is 0.07 s. T
 extension of our own (a CUDA kernel on a GPU, C++ on a CPU) into a fresh folder, then loads it again in
 fresh processes, as a worker does after its CUDA context exists, and splits each load into torch's steps
 (``import torch.utils.cpp_extension``, ``load_inline``, and inside it the ninja check, the compiler
-probe and the module's import), with the calls that took longest under cProfile.
+probe and the module's import), with the calls that took longest under cProfile; and what ninja ran in
+each warm load (new lines of the folder's ``.ninja_log``: a warm load should run nothing). ``--worker-env``
+gives each load a worker's PATH (the fail-fast ninja first, failfast.first_on_path) and the precompiled
+header's CPATH (pch.prepare into the same folder's root), as a batch's workers have them.
 
     PYTHONPATH=. python3 benchmarks/inline_load.py --loads 3 --json $OUT/inline-load.json
 
@@ -69,8 +72,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loads", type=int, default=3, help="warm loads, each in a fresh process")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="")
+    ap.add_argument("--worker-env", action="store_true", help="the fail-fast ninja and the precompiled header")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    import os
+
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -78,16 +84,28 @@ def main() -> None:
               "functions": ["add_one"]}
     if device == "cuda":
         kwargs["cuda_sources"] = CUDA_SOURCE
-    folder = tempfile.mkdtemp(prefix="cudal1-inline-load-")
+    root = Path(tempfile.mkdtemp(prefix="cudal1-inline-load-"))
+    folder = root / "ext"
+    folder.mkdir()
+    env = dict(os.environ)
+    if args.worker_env:
+        from cudal1.evaluator import failfast, pch
+
+        env["PATH"] = failfast.first_on_path(env.get("PATH")) or ""
+        print("precompiled header:", pch.prepare(root), flush=True)
+        env["CPATH"] = pch.cpath(root, env.get("CPATH"))
+    ninja_log = folder / ".ninja_log"
     runs = []
     for i in range(args.loads + 1):  # the first builds; the others find it built
+        before = ninja_log.read_text().splitlines() if ninja_log.exists() else []
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", CHILD, folder, device, json.dumps(kwargs)],
-                              capture_output=True, text=True, timeout=900)
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(folder), device, json.dumps(kwargs)],
+                              capture_output=True, text=True, timeout=900, env=env)
         if proc.returncode != 0:
             sys.exit(f"inline_load.py: load {i} failed:\n{proc.stderr[-4000:]}")
+        after = ninja_log.read_text().splitlines() if ninja_log.exists() else []
         run = json.loads(proc.stdout.strip().splitlines()[-1]) | {"process_s": round(time.perf_counter() - t, 3),
-                                                                  "cold": i == 0}
+                                                                  "cold": i == 0, "ninja_ran": after[len(before):]}
         runs.append(run)
         print({k: v for k, v in run.items() if k != "profile"}, flush=True)
     print(runs[-1]["profile"])
