@@ -170,7 +170,6 @@ def test_a_server_started_ahead_makes_its_warm_imports_after_its_first_fork() ->
         proc.wait(timeout=30)
 
 
-
 def test_a_server_whose_parent_dies_with_answers_unread_ends_quietly() -> None:
     """A run killed at its time limit leaves the server's answers unread; the server's next read is then
     reset, and it used to end with a ConnectionResetError traceback in the run's log. It ends quietly."""
