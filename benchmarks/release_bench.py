@@ -178,6 +178,12 @@ def built_here(run: Path) -> list[str]:
             if (e.extra.get("prebuild_s") or 0.0) > 0.0 and e.status is not Status.COMPILE_ERROR]
 
 
+def rows_time(results: list[Evaluation]) -> float:
+    """The rows' own time (``extra.row_s``: the device loop's whole time on a candidate, re-measurements
+    included) summed over a run's devices, in seconds."""
+    return round(sum(e.extra.get("row_s") or 0.0 for e in results), 1)
+
+
 def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], command: str, date: str,
                    build_cache: str = "empty") -> dict[str, Any]:
     """``figures`` with two_gpu_speedup from one-GPU and two-GPU runs of the same rows on one machine, and
@@ -201,8 +207,13 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
             raise SystemExit(f"{one} and {two} measured different rows (or rows other than the first pair's): "
                              "their rates do not compare")
         rows, gpu = ids, gpu or next((e.device_name for e in b if e.device_name), "")
+        # The rows' own device time (row_s) summed over the devices: where a ratio under 2x comes from when
+        # the devices are balanced (on the whole release, 8-10% more on two GPUs, #2026-11-27-two-gpu-release)
+        work_one, work_two = rows_time(a), rows_time(b)
         pairs.append({"one_gpu": str(one), "two_gpu": str(two), "one_gpu_wall_s": one_run["wall_s"],
-                      "two_gpu_wall_s": two_run["wall_s"], "speedup": round(rate(two) / rate(one), 3)})
+                      "two_gpu_wall_s": two_run["wall_s"], "speedup": round(rate(two) / rate(one), 3),
+                      "one_gpu_rows_s": work_one, "two_gpu_rows_s": work_two,
+                      "rows_s_two_over_one": round(work_two / work_one, 3) if work_one else None})
     figures["two_gpu_speedup"] = round(statistics.median(p["speedup"] for p in pairs), 3)
     middle = sorted(pairs, key=lambda p: p["speedup"])[(len(pairs) - 1) // 2]
     figures.setdefault("details", {})["two_gpu"] = {

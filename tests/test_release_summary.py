@@ -67,3 +67,18 @@ def test_a_run_that_built_programs_is_not_recorded_as_warm() -> None:
     assert bench.built_here(runs / "q-warm-two-gpu") == []
     with pytest.raises(SystemExit, match="was not warm"):
         bench.update_two_gpu({}, [runs / "q-warm-one-gpu"], [cold], "cmd", "2026-11-27", "warm")
+
+
+def test_each_pair_says_how_much_more_device_time_its_rows_took_on_two_gpus() -> None:
+    """The whole release on one H100 against both of a 2x H100 host (2026-11-27): balanced devices, and rows
+    that took 8-10% more of the devices' time on two GPUs than on one, which held the ratio under 1.8x."""
+    bench = load_script("release_bench")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-h100"
+    one = runs / "w-warm-one-gpu"
+    figures = bench.update_two_gpu({}, [one, one], [runs / "w-warm-two-gpu", runs / "w-warm-two-gpu-2"], "cmd",
+                                   "2026-11-27", "warm")
+    pairs = figures["details"]["two_gpu"]["pairs"]
+    assert [p["one_gpu_rows_s"] for p in pairs] == [481.6, 481.6]
+    assert [p["two_gpu_rows_s"] for p in pairs] == [529.7, 519.7]
+    assert [p["rows_s_two_over_one"] for p in pairs] == [1.1, 1.079]
+    assert figures["two_gpu_speedup"] == 1.797
