@@ -183,6 +183,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._check_module(node, alias.name)
+            if alias.name.startswith("torch.utils.benchmark"):
+                self.flag(node, "reads_clock", f"imports {alias.name} (self-timing for autotuning)")
             local = alias.asname or alias.name.split(".")[0]
             self.aliases[local] = alias.name if alias.asname else alias.name.split(".")[0]
         self.generic_visit(node)
@@ -197,6 +199,8 @@ class _Visitor(ast.NodeVisitor):
             if module == "os" and alias.name in OS_BANNED:
                 self.reject(node, "banned_call", f"imports os.{alias.name}")
             self.aliases[alias.asname or alias.name] = full
+            if full.startswith("torch.utils.benchmark"):
+                self.flag(node, "reads_clock", f"imports {full} (self-timing for autotuning)")
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -266,8 +270,12 @@ class _Visitor(ast.NodeVisitor):
             self.reject(node, "global_state", f"calls {full} (changes global state the measurement relies on)")
         if full == "torch.set_float32_matmul_precision":
             self.flag(node, "precision_flags", f"calls {full}")
-        if full.startswith("time.") and full != "time.sleep":
+        if (full.startswith("time.") and full != "time.sleep") or full.startswith("torch.utils.benchmark"):
             self.flag(node, "reads_clock", f"uses {full} (self-timing for autotuning; clocks are guarded)")
+        if node.attr == "elapsed_time" and not full:
+            # A program that times its own variants picks one by the host's pace of the moment: L1-70 read
+            # 2.89x, 3.35x and 0.98x in three warm runs of one host (docs/gpu-runs.md#2026-11-27-two-gpu-release)
+            self.flag(node, "reads_clock", "reads .elapsed_time() of CUDA events (self-timing for autotuning)")
         if full == "time.sleep":
             self.reject(node, "banned_call", "calls time.sleep")
         if node.attr == "data_ptr" and not full:
