@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -75,8 +76,6 @@ def main() -> None:
     ap.add_argument("--worker-env", action="store_true", help="the fail-fast ninja and the precompiled header")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    import os
-
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -169,12 +169,12 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
         figures["details"]["two_gpu"] = two_gpu
 
 
-def built_here(run: Path) -> list[str]:
-    """Rows whose program the run built itself (its prebuild ran, and did not fail, rather than finding the
+def built_here(results: list[Evaluation]) -> list[str]:
+    """Rows whose program a run built itself (its prebuild ran, and did not fail, rather than finding the
     program built): a run said to start on a warm build cache that has any was cold for those rows. A
     new run folder of release_resume.sh empties the cache unless told not to (COLD=0), and a two-GPU run
     meant to be warm ran cold that way (docs/gpu-runs.md#2026-11-27-twin-folders)."""
-    return [e.problem_id for e in load_evaluations(run / "results.jsonl")
+    return [e.problem_id for e in results
             if (e.extra.get("prebuild_s") or 0.0) > 0.0 and e.status is not Status.COMPILE_ERROR]
 
 
@@ -194,14 +194,14 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     if len(ones) != len(twos) or not ones:
         raise SystemExit(f"{len(ones)} one-GPU runs against {len(twos)} two-GPU runs: give them in pairs")
     pairs, rows, gpu = [], None, ""
-    for run in (ones + twos) if build_cache == "warm" else []:
-        if built := built_here(run):
-            raise SystemExit(f"{run} built {len(built)} programs itself ({', '.join(built[:5])}), so its build "
-                             "cache was not warm: run it on a filled cache (build_floor.py --into-cache, then "
-                             "release_resume.sh with COLD=0) or record it with --build-cache empty")
     for one, two in zip(ones, twos):
         one_run, two_run = run_summary(one), run_summary(two)
         a, b = load_evaluations(one / "results.jsonl"), load_evaluations(two / "results.jsonl")
+        for run, results in ((one, a), (two, b)) if build_cache == "warm" else ():
+            if built := built_here(results):
+                raise SystemExit(f"{run} built {len(built)} programs itself ({', '.join(built[:5])}), so its build "
+                                 "cache was not warm: run it on a filled cache (build_floor.py --into-cache, then "
+                                 "release_resume.sh with COLD=0) or record it with --build-cache empty")
         ids = sorted(e.problem_id for e in a)
         if ids != sorted(e.problem_id for e in b) or (rows is not None and ids != rows):
             raise SystemExit(f"{one} and {two} measured different rows (or rows other than the first pair's): "

@@ -18,13 +18,8 @@ from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_availabl
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
 
 
-@pytest.fixture
-def root(ext_root: Path) -> Path:  # a directory a sandboxed uid may traverse (conftest), as the evaluator makes them
-    return ext_root
-
-
-def _worker(root: Path, name: str, folder: Path) -> WorkerProcess:
-    worker = WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096, extensions_dir=folder), root / name, "candidate")
+def _worker(ext_root: Path, name: str, folder: Path) -> WorkerProcess:
+    worker = WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096, extensions_dir=folder), ext_root / name, "candidate")
     worker.wait_ready(120)
     return worker
 
@@ -62,16 +57,16 @@ def _as_worker(worker: WorkerProcess, action) -> None:  # noqa: ANN001 - a calla
 
 @needs_sandbox
 @pytest.mark.parametrize("forked", [True, False], ids=["forked", "started"])
-def test_the_first_worker_still_writes_after_a_second_takes_the_folder(root: Path, forked: bool,
+def test_the_first_worker_still_writes_after_a_second_takes_the_folder(ext_root: Path, forked: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     if not forked:  # started by subprocess.Popen, as where the fork server is unavailable
         monkeypatch.setenv("CUDAL1_FORK_WORKERS", "0")
-    folder = root / "ext" / "0123456789abcdef"
+    folder = ext_root / "ext" / "0123456789abcdef"
     (folder / "inductor").mkdir(parents=True)  # made before either worker, as a prebuild's caches are
-    first = _worker(root, "first", folder)
+    first = _worker(ext_root, "first", folder)
     try:
         assert _writes(first, folder / "inductor" / "first.pt")
-        second = _worker(root, "second", folder)  # the twin: takes the whole tree at its start
+        second = _worker(ext_root, "second", folder)  # the twin: takes the whole tree at its start
         try:
             assert second.uid != first.uid
             # in the folder, in a folder made before the second started, over a file the second wrote
@@ -90,11 +85,11 @@ def test_the_first_worker_still_writes_after_a_second_takes_the_folder(root: Pat
 
 
 @needs_sandbox
-def test_only_that_candidates_workers_are_in_its_group(root: Path) -> None:
-    mine, other = root / "ext" / "aaaa", root / "ext" / "bbbb"
-    a = _worker(root, "a", mine)
+def test_only_that_candidates_workers_are_in_its_group(ext_root: Path) -> None:
+    mine, other = ext_root / "ext" / "aaaa", ext_root / "ext" / "bbbb"
+    a = _worker(ext_root, "a", mine)
     try:
-        b = _worker(root, "b", other)
+        b = _worker(ext_root, "b", other)
         try:
             assert candidate_group(mine) != candidate_group(other)
             assert all(GROUP_BASE <= candidate_group(p) < GROUP_BASE + GROUP_SPAN for p in (mine, other))
@@ -110,21 +105,21 @@ def test_only_that_candidates_workers_are_in_its_group(root: Path) -> None:
 
 
 @needs_sandbox
-def test_a_worker_without_a_build_folder_has_no_group(root: Path) -> None:
-    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), root / "w", "candidate") as worker:
+def test_a_worker_without_a_build_folder_has_no_group(ext_root: Path) -> None:
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), ext_root / "w", "candidate") as worker:
         worker.wait_ready(120)
         assert _status(worker.pid)["Groups"] == ""
         assert _status(worker.pid)["Umask"] == "0022"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="handing a folder over needs root")
-def test_a_hard_link_left_in_a_folder_does_not_hand_over_its_file(root: Path) -> None:
+def test_a_hard_link_left_in_a_folder_does_not_hand_over_its_file(ext_root: Path) -> None:
     """A worker that could link a file it does not own into its folder (a host without the kernel's
     protected_hardlinks; here root makes the link) would get that file at the next worker's start."""
-    outside = root / "parents-file"
+    outside = ext_root / "parents-file"
     outside.write_text("the parent's")
     outside.chmod(0o600)
-    folder = root / "ext" / "cafe"
+    folder = ext_root / "ext" / "cafe"
     (folder / "sub").mkdir(parents=True)
     os.link(outside, folder / "sub" / "link")
     (folder / "sub" / "own.o").write_text("built")

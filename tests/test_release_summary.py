@@ -62,9 +62,9 @@ def test_a_run_that_built_programs_is_not_recorded_as_warm() -> None:
     bench = load_script("release_bench")
     runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-h100"
     cold = runs / "r-cold-two-gpu"
-    built = bench.built_here(cold)
+    built = bench.built_here(bench.load_evaluations(cold / "results.jsonl"))
     assert len(built) > 50 and "L2-34" in built
-    assert bench.built_here(runs / "q-warm-two-gpu") == []
+    assert bench.built_here(bench.load_evaluations(runs / "q-warm-two-gpu" / "results.jsonl")) == []
     with pytest.raises(SystemExit, match="was not warm"):
         bench.update_two_gpu({}, [runs / "q-warm-one-gpu"], [cold], "cmd", "2026-11-27", "warm")
 
