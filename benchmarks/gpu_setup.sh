@@ -21,6 +21,17 @@ import os, sys, sysconfig
 import torch, cudal1.cli, cudal1.evaluator.worker_main  # noqa: F401  what the parent and the workers import
 from cudal1.evaluator import zygote
 zygote.warm()  # torch.compile's machinery and Triton, imported by the fork server
+# What a worker imports for the programs themselves, outside torch's own folder: torch.utils.cpp_extension
+# brings setuptools (a load_inline program's every load: 0.30-0.43 s of its import on an H100 without
+# their bytecode, docs/gpu-runs.md#2026-11-27-inline-load), a torch.compile program's compile brings
+# networkx, jinja2 and markupsafe. Imported here, in this process only: in the fork server they would
+# probe CUDA (zygote._WARM).
+import importlib
+for name in ("torch.utils.cpp_extension", "networkx", "jinja2", "markupsafe", "functorch"):
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - not installed here: nothing of it to compile
+        pass
 roots = {sysconfig.get_paths()["stdlib"], "cudal1"}
 bases = [b.rstrip("/") for b in sys.path[1:] if "site-packages" in b or b.startswith("/tmp/site")]
 for m in list(sys.modules.values()):
