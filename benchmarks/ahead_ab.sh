@@ -9,6 +9,13 @@
 #   RUN=/tmp/ahead ORDER="8 3" bash benchmarks/ahead_ab.sh     # first call: the cold run, then two arms
 #   RUN=/tmp/ahead ORDER="3 8" bash benchmarks/ahead_ab.sh     # next call of the same machine: two more
 #
+# Any other A/B on the same sample names its arms in ORDER and gives each its release_eval.py arguments in
+# ARM_<name> (an ORDER word without one is a number of loads ahead), e.g. a program that tunes itself
+# making its first call alone (EvalConfig.tune_alone) against not:
+#
+#   RUN=/tmp/tune ORDER="tune base" ARM_tune=--tune-alone ARM_base= bash benchmarks/ahead_ab.sh
+#   RUN=/tmp/tune ORDER="base tune" ARM_tune=--tune-alone ARM_base= bash benchmarks/ahead_ab.sh
+#
 # The first call runs the sample cold into RUN/cold (build cache emptied; it fills the cache and gives the
 # warm arms their rows, costs and foretold re-checks); every arm then runs warm into RUN/a<ahead>-<n>.
 # Each arm prints its wall, its waits for loads and its agreement with the cold run; then, here:
@@ -27,8 +34,10 @@ fi
 for a in ${ORDER:-8 3}; do
   n=$(find "$RUN" -maxdepth 1 -name "a$a-*" | wc -l)
   arm=$RUN/a$a-$n
+  spec=ARM_$a
+  extra=${!spec---ahead $a}
   # AGREE_WITH before RUN: an assignment on a command line sees the ones to its left
-  AGREE_WITH=$RUN/cold RUN=$arm RELEASE=$RELEASE EXTRA="--ahead $a" LIMIT_S=${LIMIT_S:-300} \
+  AGREE_WITH=$RUN/cold RUN=$arm RELEASE=$RELEASE EXTRA="$extra" LIMIT_S=${LIMIT_S:-300} \
     bash benchmarks/release_resume.sh >/dev/null
   python3 - "$arm" <<'PY'
 import json, sys
@@ -36,7 +45,7 @@ from pathlib import Path
 arm = Path(sys.argv[1])
 s = json.loads((arm / "summary.json").read_text())
 calls = [json.loads(line) for line in (arm / "calls.jsonl").read_text().splitlines()]
-print(arm.name, "ahead", s["ahead"], "call wall", calls[-1]["wall_s"], "run wall", s["wall_s"],
+print(arm.name, "ahead", s["ahead"], "tune_alone", s["config"].get("tune_alone"), "call wall", calls[-1]["wall_s"], "run wall", s["wall_s"],
       "evaluations", s["evaluations"], "statuses", s["statuses"], "split", s["time_split_s"],
       "agreement with cold", s.get("agreement"))
 PY

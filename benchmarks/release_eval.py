@@ -76,6 +76,8 @@ def main() -> None:
                     default=EvalConfig.builds_beside_timing, help="EvalConfig.builds_beside_timing")
     ap.add_argument("--pause-loads", action=argparse.BooleanOptionalAction, default=EvalConfig.pause_loads,
                     help="EvalConfig.pause_loads: loads ahead stop while the device times")
+    ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=EvalConfig.tune_alone,
+                    help="EvalConfig.tune_alone: a program that tunes itself makes its first call alone on its device")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -93,7 +95,8 @@ def main() -> None:
     config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
                         clock=args.clock, target_trial_ms=args.trial_ms,
-                        builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads)
+                        builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
+                        tune_alone=args.tune_alone)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows

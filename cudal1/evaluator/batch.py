@@ -43,7 +43,7 @@ from cudal1.evaluator.schedule import (
     quiet_after,
     submit_builds,
 )
-from cudal1.evaluator.static import check_source
+from cudal1.evaluator.static import check_source, tunes_itself
 from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
 
@@ -193,6 +193,9 @@ class _DeviceLoop:
         self.groups, self.builds, self.ahead, self.twins = groups, builds, ahead, twins or Twins(set())
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
+        # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone), by id(): their
+        # loads ahead make no first call. Started on the loop's thread, loaded on the loader's.
+        self.tune_alone: set[int] = set()
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
@@ -278,14 +281,19 @@ class _DeviceLoop:
         used to run on its device's timed core, stopped while any device timed, and on two H200s such
         starts were still running when their loads were due."""
         warm = compile_at_start(self.cfg) and mentions_compile(c.source)
-        return prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
+        worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
+        if self.cfg.tune_alone and tunes_itself(check_source(c.source).flags):
+            self.tune_alone.add(id(worker))  # its first call waits for its turn (core._first_call_alone)
+        return worker
 
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
         with QUIET.holding(worker, pause=self.cfg.pause_loads, device=self.cfg.device):
-            return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead)
+            alone = id(worker) in self.tune_alone
+            self.tune_alone.discard(id(worker))
+            return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""

@@ -86,6 +86,15 @@ class EvalConfig:
     # and each row's wait for its own load from 40 s to 100 s; the evaluations summed to about the same.
     # The loads take their time either way; stopped, they also sit on device memory longer. Off.
     pause_loads: bool = False
+    # A program that tunes itself by timing (it sets torch.backends.cudnn.benchmark or reads a clock: the
+    # static flags in static.SELF_TUNING) makes its first call alone on its device, once the loads ahead
+    # are done and builds paused, right before its correctness trials, not among the loads ahead, where
+    # other programs' first calls share the GPU while it times its choices. L1-77 read 0.99-1.06x in 5 of
+    # 41 runs against 1.28-1.42x in the others, L1-70 0.98x once in 43 against 2.73-3.54x: each time the
+    # program ran at its reference's speed (docs/evaluator.md, "Programs that tune themselves"). It moves those
+    # first calls (93 s summed over the H100 release) onto the device's own time. Off until measured on
+    # a GPU.
+    tune_alone: bool = False
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -170,7 +179,7 @@ class EvalConfig:
         # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
         # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing", "pause_loads"}
+                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property

@@ -32,7 +32,7 @@ from cudal1.evaluator.checks import (
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.static import check_source
+from cudal1.evaluator.static import check_source, tunes_itself
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
 from cudal1.evaluator.trials import measure
 from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
@@ -190,6 +190,24 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
         {"first_call_s": round(time.perf_counter() - t0, 3)}
 
 
+def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float]:
+    """A program that tunes itself by timing makes its first call alone on its device (EvalConfig.tune_alone):
+    inside the batch's quiet context, once the loads ahead are done and with builds paused, so what it
+    times is not shared with other programs' first calls. A failure is the program's, as in its first
+    correctness trial; what the call did to the process is checked as a load's is. Returns the wait for
+    the loads ahead and the call's own seconds."""
+    started = time.perf_counter()
+    with quiet():
+        waited = time.perf_counter() - started
+        reply = run.worker.call({"cmd": "warm", "seed": new_seed(), "release": True}, run.config.run_timeout_s)
+        took = time.perf_counter() - started - waited
+    check_reply(reply, "first call")
+    check_integrity(reply, run)
+    run.warmed = True  # a stateful program's state moved on: _correctness builds it again
+    run.flags.add("tuned_alone")
+    return waited, took
+
+
 def evaluate_candidate(
     problem: Problem,
     candidate: Candidate,
@@ -245,6 +263,10 @@ def evaluate_candidate(
                  if reply.get(k) is not None}
         result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
+        tuned_wait = 0.0
+        if config.tune_alone and quiet is not None and not run.warmed and tunes_itself(static_flags):
+            tuned_wait, tuned_s = _first_call_alone(run, quiet)
+            result = replace(result, extra=result.extra | {"tuned_first_call_s": round(tuned_s, 3)})
         phase = time.perf_counter()
         trials = _correctness(run)
         result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
@@ -261,7 +283,7 @@ def evaluate_candidate(
             if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
                 extra["waited_for"] = waited_for
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
-            extra["wait_s"] = round(waited, 3)
+            extra["wait_s"] = round(waited + tuned_wait, 3)
             result = replace(result, speedup=measured.speedup, speedup_low=measured.low,
                              speedup_high=measured.high, reference_ms=measured.reference_ms,
                              candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,

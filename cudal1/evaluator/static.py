@@ -85,6 +85,16 @@ OS_BANNED = {"system", "popen", "fork", "forkpty", "vfork", "kill", "killpg", "_
 
 TENSOR_BASES = {"Tensor", "Parameter", "_TensorBase", "TensorBase"}
 
+# Flags of a program that picks its own algorithms by timing them at its first calls (cuDNN's benchmark
+# mode, or its own clock): what it picks depends on what else runs on the GPU then (EvalConfig.tune_alone).
+SELF_TUNING = frozenset({"cudnn_benchmark", "reads_clock"})
+
+
+def tunes_itself(flags: tuple[str, ...] | set[str]) -> bool:
+    """Whether static flags say the program times its own choices (:data:`SELF_TUNING`)."""
+    return bool(SELF_TUNING.intersection(flags))
+
+
 # Assignments to these torch settings are legitimate choices, recorded as flags; they cannot reach the
 # reference, which runs in another process. Any other assignment into an imported module is a patch.
 ALLOWED_SETTINGS = {
