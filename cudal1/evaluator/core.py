@@ -190,22 +190,23 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
         {"first_call_s": round(time.perf_counter() - t0, 3)}
 
 
-def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float]:
+def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float, Any]:
     """A program that tunes itself by timing makes its first call alone on its device (EvalConfig.tune_alone):
     inside the batch's quiet context, once the loads ahead are done and with builds paused, so what it
     times is not shared with other programs' first calls. A failure is the program's, as in its first
     correctness trial; what the call did to the process is checked as a load's is. Returns the wait for
-    the loads ahead and the call's own seconds."""
+    the loads ahead, the call's own seconds and what the wait was for (schedule.quiet_after's label)."""
     started = time.perf_counter()
-    with quiet():
+    with quiet() as waited_for:
         waited = time.perf_counter() - started
-        reply = run.worker.call({"cmd": "warm", "seed": new_seed(), "release": True}, run.config.run_timeout_s)
+        # its memory stays in its allocator: its correctness trials come next, not a wait
+        reply = run.worker.call({"cmd": "warm", "seed": new_seed(), "release": False}, run.config.run_timeout_s)
         took = time.perf_counter() - started - waited
     check_reply(reply, "first call")
     check_integrity(reply, run)
     run.warmed = True  # a stateful program's state moved on: _correctness builds it again
     run.flags.add("tuned_alone")
-    return waited, took
+    return waited, took, waited_for
 
 
 def evaluate_candidate(
@@ -263,9 +264,9 @@ def evaluate_candidate(
                  if reply.get(k) is not None}
         result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
-        tuned_wait = 0.0
+        tuned_wait, tuned_for = 0.0, None
         if config.tune_alone and quiet is not None and not run.warmed and tunes_itself(static_flags):
-            tuned_wait, tuned_s = _first_call_alone(run, quiet)
+            tuned_wait, tuned_s, tuned_for = _first_call_alone(run, quiet)
             result = replace(result, extra=result.extra | {"tuned_first_call_s": round(tuned_s, 3)})
         phase = time.perf_counter()
         trials = _correctness(run)
@@ -282,6 +283,8 @@ def evaluate_candidate(
                 measured, extra = measure(run)
             if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
                 extra["waited_for"] = waited_for
+            elif tuned_wait >= 1.0 and tuned_for:  # the loads ahead were waited for before the first call alone
+                extra["waited_for"] = tuned_for
             extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
             extra["wait_s"] = round(waited + tuned_wait, 3)
             result = replace(result, speedup=measured.speedup, speedup_low=measured.low,
