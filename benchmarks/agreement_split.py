@@ -1,0 +1,95 @@
+"""Where runs of the same rows disagree: their agreement by the reference's time per call, and, for each
+row that moved, which program's own time moved. Runs anywhere, no GPU, on release_eval.py's folders:
+
+    python benchmarks/agreement_split.py docs/benchmarks/two-gpu-h100/w-warm-one-gpu \
+        docs/benchmarks/two-gpu-h100/w-warm-two-gpu docs/benchmarks/two-gpu-h100/w-warm-two-gpu-2
+
+For every pair of runs, over the rows ok in both: |delta speedup| / speedup, pooled over the pairs and
+split by the reference's time in the first run of each pair (median and 95th percentile per band). Then each row ok in every
+run whose speedups spread by more than ``--moved`` (max / min - 1): its speedups, and the spread of the
+reference's and the candidate's own times. A row whose reference moved and whose candidate held follows
+the host's pace through its reference (a recurrent network's thousands of launches); one whose candidate
+moved alone made its own choices differently (docs/evaluator.md, "Programs that tune themselves").
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
+
+
+def load(run: Path) -> dict[str, dict[str, Any]]:
+    """A run's rows by problem id, from its results.jsonl."""
+    rows = (json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip())
+    return {r["problem_id"]: r for r in rows}
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def by_band(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
+    bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
+    for a, b in itertools.combinations(runs, 2):
+        for pid, row in a.items():
+            other = b.get(pid)
+            if row["status"] != "ok" or other is None or other["status"] != "ok":
+                continue
+            gap = abs(other["speedup"] - row["speedup"]) / row["speedup"]
+            for lo, hi in bands:
+                if lo <= row["reference_ms"] < hi:
+                    bands[(lo, hi)].append(gap)
+    pairs = max(1, len(runs) * (len(runs) - 1) // 2)
+    return [{"reference_ms": [lo, hi], "rows": len(g) // pairs, "median": round(statistics.median(g), 4),
+             "p95": round(_p95(g), 4)} for (lo, hi), g in bands.items() if g]
+
+
+def _spread(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows]
+    return round(max(values) / min(values) - 1, 4)
+
+
+def moved(runs: list[dict[str, dict[str, Any]]], threshold: float) -> list[dict[str, Any]]:
+    """Rows ok in every run whose speedups spread by more than ``threshold``, with each program's spread."""
+    out = []
+    for pid in runs[0]:
+        rows = [r[pid] for r in runs if pid in r and r[pid]["status"] == "ok"]
+        if len(rows) < len(runs) or _spread(rows, "speedup") <= threshold:
+            continue
+        out.append({"problem_id": pid, "speedups": [round(r["speedup"], 3) for r in rows],
+                    "reference_ms": [round(r["reference_ms"], 3) for r in rows],
+                    "speedup_spread": _spread(rows, "speedup"), "reference_spread": _spread(rows, "reference_ms"),
+                    "candidate_spread": _spread(rows, "candidate_ms")})
+    return sorted(out, key=lambda m: -m["speedup_spread"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="release_eval.py folders (results.jsonl), two or more")
+    ap.add_argument("--moved", type=float, default=0.05, help="a row's max/min speedup - 1 above which it is listed")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    if len(args.runs) < 2:
+        ap.error("give two runs or more of the same rows")
+    runs = [load(r) for r in args.runs]
+    report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "moved": moved(runs, args.moved)}
+    for band in report["bands"]:
+        lo, hi = band["reference_ms"]
+        print(f"reference {lo:g}-{hi:g} ms: {band['rows']:3d} rows, median {band['median']:.2%}, p95 {band['p95']:.2%}")
+    for m in report["moved"]:
+        print(f"{m['problem_id']:7s} speedups {m['speedups']}  reference moved {m['reference_spread']:.1%}, "
+              f"candidate {m['candidate_spread']:.1%}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
