@@ -18,16 +18,20 @@ import argparse
 import itertools
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 
 BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
 
 
-def load(run: Path) -> dict[str, dict[str, Any]]:
+def load(run: Path) -> dict[str, Evaluation]:
     """A run's rows by problem id, from its results.jsonl."""
-    rows = (json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip())
-    return {r["problem_id"]: r for r in rows}
+    return {e.problem_id: e for e in load_evaluations(run / "results.jsonl")}
 
 
 def _p95(values: list[float]) -> float:
@@ -35,37 +39,37 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
-def by_band(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
     """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
     bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
     for a, b in itertools.combinations(runs, 2):
         for pid, row in a.items():
             other = b.get(pid)
-            if row["status"] != "ok" or other is None or other["status"] != "ok":
+            if row.status is not Status.OK or other is None or other.status is not Status.OK:
                 continue
-            gap = abs(other["speedup"] - row["speedup"]) / row["speedup"]
+            gap = abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
             for lo, hi in bands:
-                if lo <= row["reference_ms"] < hi:
+                if lo <= row.reference_ms < hi:  # type: ignore[operator]
                     bands[(lo, hi)].append(gap)
     pairs = max(1, len(runs) * (len(runs) - 1) // 2)
     return [{"reference_ms": [lo, hi], "rows": len(g) // pairs, "median": round(statistics.median(g), 4),
              "p95": round(_p95(g), 4)} for (lo, hi), g in bands.items() if g]
 
 
-def _spread(rows: list[dict[str, Any]], key: str) -> float:
-    values = [r[key] for r in rows]
+def _spread(rows: list[Evaluation], key: str) -> float:
+    values = [getattr(r, key) for r in rows]
     return round(max(values) / min(values) - 1, 4)
 
 
-def moved(runs: list[dict[str, dict[str, Any]]], threshold: float) -> list[dict[str, Any]]:
+def moved(runs: list[dict[str, Evaluation]], threshold: float) -> list[dict[str, Any]]:
     """Rows ok in every run whose speedups spread by more than ``threshold``, with each program's spread."""
     out = []
     for pid in runs[0]:
-        rows = [r[pid] for r in runs if pid in r and r[pid]["status"] == "ok"]
+        rows = [r[pid] for r in runs if pid in r and r[pid].status is Status.OK]
         if len(rows) < len(runs) or _spread(rows, "speedup") <= threshold:
             continue
-        out.append({"problem_id": pid, "speedups": [round(r["speedup"], 3) for r in rows],
-                    "reference_ms": [round(r["reference_ms"], 3) for r in rows],
+        out.append({"problem_id": pid, "speedups": [round(r.speedup, 3) for r in rows],  # type: ignore[arg-type]
+                    "reference_ms": [round(r.reference_ms, 3) for r in rows],  # type: ignore[arg-type]
                     "speedup_spread": _spread(rows, "speedup"), "reference_spread": _spread(rows, "reference_ms"),
                     "candidate_spread": _spread(rows, "candidate_ms")})
     return sorted(out, key=lambda m: -m["speedup_spread"])

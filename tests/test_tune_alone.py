@@ -8,31 +8,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cudal1.candidates import Candidate, Status
+from cudal1.candidates import Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.static import check_source, tunes_itself
-from cudal1.problems import Problem
+from tests.scale_problem import FIRST_CALL_FAILS, PROBLEM, SAME, SCALE
+from tests.scale_problem import candidate as _candidate
 
-SCALE = '''import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x * 2.0 + 1.0
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-def get_init_inputs():
-    return []
-'''
-PROBLEM = Problem("tune-scale", 1, "scale", SCALE, suite="test")
-PLAIN = SCALE + "\nclass ModelNew(Model):\n    pass\n"
 BENCHMARK = SCALE + "\ntorch.backends.cudnn.benchmark = True\n\nclass ModelNew(Model):\n    pass\n"
 # Picks between two ways by its own clock at its first call, as L1-70 of the H100 release does
 CLOCKED = SCALE + '''
@@ -52,32 +35,20 @@ class ModelNew(Model):
             return x * 2.0 + 1.0
         return torch.addcmul(torch.ones_like(x), x, torch.full_like(x, 2.0))
 '''
-TUNED_FIRST_CALL_FAILS = BENCHMARK.replace("class ModelNew(Model):\n    pass\n", '''class ModelNew(Model):
-    calls = 0
-
-    def forward(self, x):
-        ModelNew.calls += 1
-        if ModelNew.calls == 1:
-            raise RuntimeError("autotuning went wrong")
-        return x * 2.0 + 1.0
-''')
-
-
-def _candidate(source: str, tag: str) -> Candidate:
-    return Candidate(PROBLEM.problem_id, f"# {tag}\n" + source, origin=tag)
+TUNED_FIRST_CALL_FAILS = FIRST_CALL_FAILS + "\ntorch.backends.cudnn.benchmark = True\n"
 
 
 def test_the_static_flags_name_the_programs_that_tune_themselves() -> None:
     assert tunes_itself(check_source(BENCHMARK).flags)
     assert tunes_itself(check_source(CLOCKED).flags)
-    assert not tunes_itself(check_source(PLAIN).flags)
+    assert not tunes_itself(check_source(SAME).flags)
 
 
 def test_a_self_tuning_program_makes_its_first_call_alone_and_the_others_ahead() -> None:
     cfg = EvalConfig(device="cpu", timing=False, tune_alone=True)
     assert cfg.hash == EvalConfig(device="cpu", timing=False).hash  # when, not what: resumable either way
     plain, benchmark, clocked = evaluate_many(
-        [PROBLEM], [_candidate(PLAIN, "plain"), _candidate(BENCHMARK, "benchmark"), _candidate(CLOCKED, "clocked")], cfg)
+        [PROBLEM], [_candidate(SAME, "plain"), _candidate(BENCHMARK, "benchmark"), _candidate(CLOCKED, "clocked")], cfg)
     assert all(e.status == Status.OK for e in (plain, benchmark, clocked)), [e.reason for e in (plain, benchmark, clocked)]
     # The plain program's first call was made while it loaded ahead, as always (EvalConfig.warm_ahead)
     assert "first_call_s" in plain.extra and "tuned_alone" not in plain.flags, (plain.extra, plain.flags)
@@ -121,4 +92,4 @@ def test_a_self_tuning_program_that_fails_its_first_call_alone_fails() -> None:
     cfg = EvalConfig(device="cpu", timing=False, tune_alone=True)
     (failed,) = evaluate_many([PROBLEM], [_candidate(TUNED_FIRST_CALL_FAILS, "fails")], cfg)
     assert failed.status == Status.RUNTIME_ERROR, (failed.status, failed.reason)
-    assert failed.reason.startswith("first call:") and "autotuning went wrong" in failed.reason, failed.reason
+    assert failed.reason.startswith("first call:") and "lazy initialisation went wrong" in failed.reason, failed.reason

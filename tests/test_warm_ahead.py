@@ -13,41 +13,8 @@ from cudal1.evaluator import EvalConfig, batch
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.problems import Problem
-
-SCALE = '''import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x * 2.0 + 1.0
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-def get_init_inputs():
-    return []
-'''
-PROBLEM = Problem("warm-scale", 1, "scale", SCALE, suite="test")
-
-SAME = SCALE + "\nclass ModelNew(Model):\n    pass\n"
-# Raises on its first call only: a warm-up must not let it off.
-FIRST_CALL_FAILS = SCALE + '''
-class ModelNew(Model):
-    calls = 0
-
-    def forward(self, x):
-        ModelNew.calls += 1
-        if ModelNew.calls == 1:
-            raise RuntimeError("lazy initialisation went wrong")
-        return x * 2.0 + 1.0
-'''
-
-
-def _candidate(source: str, tag: str) -> Candidate:
-    return Candidate(PROBLEM.problem_id, f"# {tag}\n" + source, origin=tag)
+from tests.scale_problem import FIRST_CALL_FAILS, PROBLEM, SAME, SCALE
+from tests.scale_problem import candidate as _candidate
 
 
 def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:

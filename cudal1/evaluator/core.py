@@ -182,12 +182,18 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     if not first_call or build_only or not reply.get("ok"):
         return reply
     t0 = time.perf_counter()
-    warm = worker.call({"cmd": "warm", "seed": new_seed(), "release": True}, config.run_timeout_s)
+    warm = _first_call(worker, config, release=True)  # it waits for its turn: the memory goes back meanwhile
     if not warm.get("ok"):  # its words and kind, as its first correctness trial would have reported them
         return warm | {"error": f"first call: {warm.get('error', 'failed')}"}
     # The load's reply, with what the warm-up's reply adds: violations and builds are the process's so far
     return reply | {k: warm[k] for k in ("violations", "builds") if k in warm} | \
         {"first_call_s": round(time.perf_counter() - t0, 3)}
+
+
+def _first_call(worker: WorkerProcess, config: EvalConfig, *, release: bool) -> dict[str, Any]:
+    """The program's first call: one forward on fresh inputs, nothing sent back; ``release``: its memory
+    goes back to the driver afterwards."""
+    return worker.call({"cmd": "warm", "seed": new_seed(), "release": release}, config.run_timeout_s)
 
 
 def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float, Any]:
@@ -200,7 +206,7 @@ def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]
     with quiet() as waited_for:
         waited = time.perf_counter() - started
         # its memory stays in its allocator: its correctness trials come next, not a wait
-        reply = run.worker.call({"cmd": "warm", "seed": new_seed(), "release": False}, run.config.run_timeout_s)
+        reply = _first_call(run.worker, run.config, release=False)
         took = time.perf_counter() - started - waited
     check_reply(reply, "first call")
     check_integrity(reply, run)
