@@ -58,8 +58,12 @@ def test_a_self_tuning_program_makes_its_first_call_alone_and_the_others_ahead()
         assert "tuned_alone" in e.flags, e.flags
 
 
+def test_tune_alone_is_on_by_default() -> None:
+    assert EvalConfig().tune_alone
+
+
 def test_tune_alone_off_leaves_every_first_call_ahead() -> None:
-    cfg = EvalConfig(device="cpu", timing=False)
+    cfg = EvalConfig(device="cpu", timing=False, tune_alone=False)
     (benchmark,) = evaluate_many([PROBLEM], [_candidate(BENCHMARK, "benchmark")], cfg)
     assert benchmark.status == Status.OK, benchmark.reason
     assert "first_call_s" in benchmark.extra and "tuned_first_call_s" not in benchmark.extra

@@ -89,12 +89,12 @@ class EvalConfig:
     # A program that tunes itself by timing (it sets torch.backends.cudnn.benchmark or reads a clock: the
     # static flags in static.SELF_TUNING) makes its first call alone on its device, once the loads ahead
     # are done and builds paused, right before its correctness trials, not among the loads ahead, where
-    # other programs' first calls share the GPU while it times its choices. L1-77 read 0.99-1.06x in 5 of
-    # 41 runs against 1.28-1.42x in the others, L1-70 0.98x once in 43 against 2.73-3.54x: each time the
-    # program ran at its reference's speed (docs/evaluator.md, "Programs that tune themselves"). It moves those
-    # first calls (93 s summed over the H100 release) onto the device's own time. Off until measured on
-    # a GPU.
-    tune_alone: bool = False
+    # other programs' first calls share the GPU while it times its choices. On a quarter of the H100
+    # release, three warm runs each way on one H100: L1-60 (cuDNN benchmark) read 3.19-3.24x tuned alone,
+    # as in the cold run (3.27x), against 2.19-2.36x tuned among the loads ahead (its candidate 3.1 ms
+    # against 4.2-4.6 ms); the runs' walls were the same (147.5-160.5 s against 150.8-157.3 s), the tuned
+    # first calls 11-13 s a run (docs/gpu-runs.md#2026-11-27-tune-alone).
+    tune_alone: bool = True
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
