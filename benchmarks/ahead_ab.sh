@@ -13,9 +13,10 @@
 # ARM_<name> (an ORDER word without one is a number of loads ahead), e.g. a program that tunes itself
 # making its first call alone (EvalConfig.tune_alone) against not:
 #
-#   RUN=/tmp/tune ORDER="tune base" ARM_tune=--tune-alone ARM_base= bash benchmarks/ahead_ab.sh
-#   RUN=/tmp/tune ORDER="base tune" ARM_tune=--tune-alone ARM_base= bash benchmarks/ahead_ab.sh
+#   RUN=/tmp/tune ORDER="tune base" ARM_tune=--tune-alone ARM_base=--no-tune-alone bash benchmarks/ahead_ab.sh
+#   RUN=/tmp/tune ORDER="base tune" ARM_tune=--tune-alone ARM_base=--no-tune-alone bash benchmarks/ahead_ab.sh
 #
+# ROWS=L1-6,L1-17,... takes those rows instead of every EVERY-th (4) row with a program.
 # The first call runs the sample cold into RUN/cold (build cache emptied; it fills the cache and gives the
 # warm arms their rows, costs and foretold re-checks); every arm then runs warm into RUN/a<ahead>-<n>.
 # Each arm prints its wall, its waits for loads and its agreement with the cold run; then, here:
@@ -25,7 +26,9 @@ set -uo pipefail
 RELEASE=${RELEASE:-carry/h100.jsonl}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
 if [ ! -f "$RUN/cold/results.jsonl" ]; then
-  rows=$(python3 -c "import sys
+  # ROWS (problem ids, comma-separated) instead of every EVERY-th row
+  rows=${ROWS:-}
+  [ -n "$rows" ] || rows=$(python3 -c "import sys
 from cudal1.problems import load_cudal1_release
 ids = [r.problem.problem_id for r in load_cudal1_release(sys.argv[1]) if r.candidate_source]
 print(','.join(ids[::int(sys.argv[2])]))" "$RELEASE" "${EVERY:-4}")
