@@ -49,3 +49,9 @@ for p in $(python3 -c "import sys,os;print(os.path.realpath(sys.executable), sys
 done
 chmod -R o+rX /tmp/pyc /tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+# Sourced on the left of a pipe (`source benchmarks/gpu_setup.sh | tail`), it ran in a subshell and none of
+# the exports above reach the calling shell: runs after it then have no bytecode prefix
+# (docs/gpu-runs.md#2026-11-27-tune-alone). Said last, where a `tail` shows it.
+if [ "${BASH_SUBSHELL:-0}" -gt 0 ]; then
+  echo "gpu_setup.sh: sourced in a subshell (a pipe?): nothing it set reaches your shell; redirect its output to a file instead" >&2
+fi
