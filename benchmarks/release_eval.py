@@ -153,8 +153,13 @@ def time_split(evaluations: list) -> dict[str, float]:
     for e in evaluations:
         for key in ("build_s", "eval_s"):
             split[key] = split.get(key, 0.0) + (getattr(e, key) or 0.0)
-        for key in ("load_s", "correctness_s", "wait_s", "timing_s"):
+        # tuned_first_call_s (inside load_s): the self-tuning programs' first calls made alone (EvalConfig.tune_alone);
+        # row_s - eval_s: the device's time on a row beyond the evaluation kept (a re-check's other measurements)
+        for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
+        if "row_s" in e.extra:
+            split["row_beyond_kept_s"] = split.get("row_beyond_kept_s", 0.0) + \
+                max(0.0, float(e.extra["row_s"]) - (e.eval_s or 0.0))
     return {k: round(v, 1) for k, v in split.items()}
 
 

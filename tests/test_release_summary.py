@@ -82,3 +82,15 @@ def test_each_pair_says_how_much_more_device_time_its_rows_took_on_two_gpus() ->
     assert [p["two_gpu_rows_s"] for p in pairs] == [529.7, 519.7]
     assert [p["rows_s_two_over_one"] for p in pairs] == [1.1, 1.079]
     assert figures["two_gpu_speedup"] == 1.797
+
+
+def test_the_time_split_shows_the_first_calls_alone_and_the_rechecks() -> None:
+    """A committed warm arm of 2026-11-27 (tune_alone on, a quarter of the release): its self-tuning
+    programs' first calls made alone, and the re-checks' other measurements, each get their own line."""
+    from cudal1.candidates import load_evaluations
+
+    evaluations = load_evaluations(Path("docs/benchmarks/tune-alone-h100/quarter/atune-2/results.jsonl"))
+    split = load_script("release_eval").time_split(evaluations)
+    assert split["tuned_first_call_s"] == pytest.approx(11.0, abs=0.05)
+    assert split["row_beyond_kept_s"] == pytest.approx(29.5, abs=0.1)
+    assert split["tuned_first_call_s"] < split["load_s"]  # a part of the load phase
