@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
@@ -193,9 +194,10 @@ class _DeviceLoop:
         self.groups, self.builds, self.ahead, self.twins = groups, builds, ahead, twins or Twins(set())
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
-        # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone), by id(): their
-        # loads ahead make no first call. Started on the loop's thread, loaded on the loader's.
-        self.tune_alone: set[int] = set()
+        # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone): their loads ahead
+        # make no first call. Started on the loop's thread, loaded on the loader's. Weak, not by id(): a
+        # worker let go unloaded would leave its id behind for a later worker to reuse.
+        self.tune_alone: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
@@ -283,7 +285,7 @@ class _DeviceLoop:
         warm = compile_at_start(self.cfg) and mentions_compile(c.source)
         worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
         if self.cfg.tune_alone and tunes_itself(check_source(c.source).flags):
-            self.tune_alone.add(id(worker))  # its first call waits for its turn (core._first_call_alone)
+            self.tune_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
         return worker
 
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
@@ -291,8 +293,8 @@ class _DeviceLoop:
         if isinstance(session, str):
             return {"ok": False, "error": session}
         with QUIET.holding(worker, pause=self.cfg.pause_loads, device=self.cfg.device):
-            alone = id(worker) in self.tune_alone
-            self.tune_alone.discard(id(worker))
+            alone = worker in self.tune_alone
+            self.tune_alone.discard(worker)
             return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
 
     def _load_reference(self, future: Future) -> None:
