@@ -10,7 +10,7 @@ import torch
 from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations, save_evaluations
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.static import check_source
+from cudal1.evaluator.static import check_source, screen
 from cudal1.evaluator.timing import Measurement, TrialPair, forged_timing, relative_spread
 
 HEAD = "import torch\nimport torch.nn as nn\n"
@@ -81,6 +81,18 @@ def test_a_program_that_times_itself_is_flagged_not_rejected() -> None:
         report = check_source(source)
         assert report.rejected == [] and "reads_clock" in report.flags, source
     assert "reads_clock" not in check_source(HEAD + BODY).flags
+
+
+def test_the_cached_screen_says_what_the_report_says() -> None:
+    """The device loop's cached verdict and flags (static.screen) are the full report's, a syntax error
+    aside, which is the compile step's verdict and does not stop a worker from starting ahead."""
+    flagged = HEAD + "torch.backends.cudnn.benchmark = True\n" + BODY
+    missing = HEAD + "class Model(nn.Module):\n    pass\n"
+    for source in (flagged, missing, "def broken(:\n"):
+        report = check_source(source)
+        assert screen(source) == (bool(report.rejected), report.flags), source
+    assert screen(flagged) == (False, ("cudnn_benchmark",)) and screen(missing)[0]
+    assert screen("def broken(:\n") == (False, ())
 
 
 def test_static_syntax_error_and_missing_class() -> None:

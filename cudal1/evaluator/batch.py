@@ -44,7 +44,7 @@ from cudal1.evaluator.schedule import (
     quiet_after,
     submit_builds,
 )
-from cudal1.evaluator.static import check_source, tunes_itself
+from cudal1.evaluator.static import screen, tunes_itself
 from cudal1.evaluator.workers import release_cache
 from cudal1.problems import Problem
 
@@ -284,7 +284,7 @@ class _DeviceLoop:
         starts were still running when their loads were due."""
         warm = compile_at_start(self.cfg) and mentions_compile(c.source)
         worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
-        if self.cfg.tune_alone and tunes_itself(check_source(c.source).flags):
+        if self.cfg.tune_alone and tunes_itself(screen(c.source)[1]):
             self.tune_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
         return worker
 
@@ -307,7 +307,7 @@ class _DeviceLoop:
 
     def _startable(self, c: Candidate) -> bool:
         built = c.sha256 not in self.builds or self.builds[c.sha256].done()
-        return built and not (self.cfg.static_checks and check_source(c.source).rejected)
+        return built and not (self.cfg.static_checks and screen(c.source)[0])
 
 
 def _loaded(future: Future) -> ReferenceSession | str:

@@ -23,7 +23,7 @@ from cudal1.evaluator.builds import QUIET, timed_prebuild
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerProcess
-from cudal1.evaluator.static import check_source
+from cudal1.evaluator.static import screen
 from cudal1.problems import Problem
 
 Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
@@ -303,7 +303,7 @@ def submit_builds(pool: Executor, ordered: list[tuple[str, list[Candidate]]], by
         # A torch.compile program is warmed up by a build worker on a GPU, where Triton's compiles are
         # the cost; on a CPU the build worker's own compile costs as much as the one it would spare.
         needs_build = mentions_builds(c.source) or (config.is_cuda and mentions_compile(c.source))
-        if needs_build and c.sha256 not in builds and not check_source(c.source).rejected:
+        if needs_build and c.sha256 not in builds and not screen(c.source)[0]:
             warm_on = config.with_device(devices[len(builds) % len(devices)])
             builds[c.sha256] = pool.submit(timed_prebuild, by_id[c.problem_id], c, warm_on, ext_root)
     return builds

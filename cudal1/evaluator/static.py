@@ -8,6 +8,7 @@ back every rule here up: an obfuscated pattern that slips past this module is st
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -345,3 +346,13 @@ def check_source(source: str, filename: str = "<candidate>") -> StaticReport:
             report.findings.append(Finding("reject", "unjoined_stream",
                                            "creates CUDA streams but never joins them to the caller's stream"))
     return report
+
+
+@functools.lru_cache(maxsize=512)
+def screen(source: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether :func:`check_source` finds a reason to reject ``source`` (a syntax error is the compile
+    step's verdict, not one of these), and its flags; cached by source. A batch's device loop asks this of
+    every coming candidate at every row (about 3 ms a parse on a release program), and the report itself
+    is mutable, so only these two are kept."""
+    report = check_source(source)
+    return bool(report.rejected), report.flags
