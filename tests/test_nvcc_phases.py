@@ -1,5 +1,5 @@
-"""benchmarks/nvcc_phases.py times the CUDA file of a release program: it must take that file, not the
-program's C++ declarations beside it, and name a program it cannot take apart."""
+"""benchmarks/nvcc_phases.py times the CUDA file of a release program's own load_inline call: it must take
+that call's CUDA source, not the program's C++ declarations beside it, and name a program that makes none."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ ext = load_inline(name="scale", cpp_sources=cpp_source, cuda_sources=cuda_source
 '''
 
 
-def test_the_cuda_source_is_the_string_with_a_kernel() -> None:
-    source = load_script("nvcc_phases").cuda_source(PROGRAM)
+def test_the_cuda_source_is_the_one_the_program_passes_to_load_inline() -> None:
+    source = load_script("nvcc_phases").cuda_build(PROGRAM)["cuda_sources"]
     assert "__global__ void scale_kernel" in source
     assert "torch::Tensor scale(torch::Tensor x);" not in source
 
 
-def test_a_program_without_a_kernel_string_is_refused_by_name() -> None:
-    with pytest.raises(SystemExit, match="__global__"):
-        load_script("nvcc_phases").cuda_source("import torch\nx = torch.ones(3)\n")
+def test_a_program_without_a_cuda_build_is_refused_by_name() -> None:
+    with pytest.raises(SystemExit, match="cuda_sources"):
+        load_script("nvcc_phases").cuda_build("import torch\nx = torch.ones(3)\n")
