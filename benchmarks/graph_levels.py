@@ -1,0 +1,153 @@
+"""Is a reference's run-to-run movement the host's launch pace or the device's own? Release references
+that launch many kernels a call (the recurrent L3-37/39/41/42, launch-bound level-2 rows) read in two
+levels 20-35% apart within one evaluation while their candidates hold steady
+(docs/gpu-runs.md#2026-11-27-release-pair). This times each reference in this one process, pinned to the
+core the timed loop would use, as the loop times a call (device-wide sync, host clock, forward,
+device-wide sync), in rounds that alternate eager calls with replays of the same forward captured as one
+CUDA graph (no host launches inside it). Levels that show in the eager calls and not in the replays are
+the host's pace of launching; levels in both are the device's.
+
+    PYTHONPATH=. python3 benchmarks/graph_levels.py --release carry/h100.jsonl --rows L3-41,L3-39,L2-25 \
+        --device cuda:0 --json $OUT/graph-levels.json
+
+Problem code only (trusted references); no candidate runs here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.core_noise import load  # noqa: E402  a release reference and its inputs, seeded
+from cudal1.evaluator.cores import timed_core  # noqa: E402
+from cudal1.problems import load_cudal1_release  # noqa: E402
+
+
+def levels(ms: list[float], gap: float = 0.10, share: float = 0.10) -> dict[str, Any]:
+    """Whether per-call times fall in two levels: the largest relative step between consecutive sorted
+    times, taken as a split when it exceeds ``gap`` and each side holds at least ``share`` of the calls.
+
+    >>> levels([1.0, 1.01, 1.02, 1.35, 1.36, 1.37])["split"]
+    True
+    >>> levels([1.0, 1.01, 1.02, 1.03, 1.04, 1.05])["split"]
+    False
+    """
+    xs = sorted(ms)
+    if len(xs) < 2:
+        return {"split": False, "median": xs[0] if xs else None}
+    steps = [(xs[i + 1] / xs[i] - 1, i + 1) for i in range(len(xs) - 1) if xs[i] > 0]
+    step, at = max(steps) if steps else (0.0, 0)
+    low, high = xs[:at], xs[at:]
+    split = step > gap and min(len(low), len(high)) >= share * len(xs)
+    out: dict[str, Any] = {"split": split, "median": round(statistics.median(xs), 4),
+                           "spread": round(xs[-1] / xs[0] - 1, 3) if xs[0] > 0 else None}
+    if split:
+        out |= {"low_ms": round(statistics.median(low), 4), "high_ms": round(statistics.median(high), 4),
+                "high_share": round(len(high) / len(xs), 3)}
+    return out
+
+
+def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -> list[float]:
+    """Milliseconds of each call, as the timed loop takes them: device idle, host clock, call, device-wide sync."""
+    out = []
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def captured(model: torch.nn.Module, inputs: list[Any]) -> tuple[Callable[[], Any] | None, str]:
+    """The forward captured as one CUDA graph (warmed on a side stream first, as capture requires), or
+    None and why not."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):
+                model(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), torch.no_grad():
+            model(*inputs)
+        return graph.replay, ""
+    except Exception as exc:  # noqa: BLE001 - a reference that cannot be captured is reported, not fatal
+        torch.cuda.synchronize()
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: int, cuda: bool) -> dict[str, Any]:
+    """Eager calls and graph replays in alternating rounds (which goes first alternates too)."""
+    sync = torch._C._cuda_synchronize if cuda else (lambda: None)
+    with torch.no_grad():
+        for _ in range(5):
+            model(*inputs)
+
+        def eager() -> Any:
+            return model(*inputs)
+
+        replay, why = captured(model, inputs) if cuda else (None, "no CUDA graphs off the GPU")
+        kinds: dict[str, Callable[[], Any]] = {"eager": eager} | ({"graph": replay} if replay is not None else {})
+        per_round: dict[str, list[list[float]]] = {k: [] for k in kinds}
+        for r in range(rounds):
+            for kind in (list(kinds) if r % 2 == 0 else list(reversed(kinds))):
+                per_round[kind].append([round(x, 4) for x in timed_calls(kinds[kind], calls, sync)])
+    out: dict[str, Any] = {"graph_error": why} if why else {}
+    for kind, rs in per_round.items():
+        out[kind] = {"ms": rs, "round_medians": [round(statistics.median(x), 4) for x in rs],
+                     "levels": levels([x for r in rs for x in r])}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--release", required=True, type=Path)
+    ap.add_argument("--rows", default="L3-41,L3-42,L3-39,L3-37,L2-25,L2-53")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--calls", type=int, default=12, help="calls of each kind per round")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    core = timed_core(args.device) if cuda else None
+    if core is not None:
+        os.sched_setaffinity(0, {core})  # as a timed worker runs: one core of its own
+    rows = {r.problem.problem_id: r.problem for r in load_cudal1_release(args.release)}
+    unknown = [p for p in args.rows.split(",") if p not in rows]
+    if unknown:
+        raise SystemExit(f"graph_levels.py: rows not in {args.release}: {', '.join(unknown)}")
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
+                              "rounds": args.rounds, "calls": args.calls, "rows": {}}
+    for pid in args.rows.split(","):
+        model, inputs = load(rows[pid].source, device)
+        row = measure_row(model, inputs, args.rounds, args.calls, cuda)
+        result["rows"][pid] = row
+        summary = {k: {"round_medians": v["round_medians"], "levels": v["levels"]}
+                   for k, v in row.items() if isinstance(v, dict)}
+        print(pid, json.dumps(summary | ({"graph_error": row["graph_error"]} if "graph_error" in row else {})),
+              flush=True)
+        del model, inputs
+        if cuda:
+            torch.cuda.empty_cache()
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""benchmarks/graph_levels.py tells a reference's two speed levels apart from one spread: a split needs a
+step between consecutive times and enough calls on each side of it, and its rounds alternate the kinds."""
+
+from __future__ import annotations
+
+import torch
+from scripts import load_script
+
+
+def test_a_step_with_calls_on_both_sides_is_two_levels_and_one_odd_call_is_not() -> None:
+    levels = load_script("graph_levels").levels
+    two = levels([100.0, 101.0, 102.0, 103.0, 137.0, 138.0, 139.0, 141.0])
+    assert two["split"] and two["low_ms"] == 101.5 and two["high_ms"] == 138.5 and two["high_share"] == 0.5
+    one_odd = levels([100.0] * 19 + [150.0])  # one call in twenty: an outlier, not a level
+    assert not one_odd["split"] and one_odd["spread"] == 0.5
+
+
+def test_off_the_gpu_only_eager_calls_are_timed_and_the_graph_is_named_missing() -> None:
+    model = torch.nn.Linear(8, 8).eval()
+    row = load_script("graph_levels").measure_row(model, [torch.randn(4, 8)], rounds=3, calls=2, cuda=False)
+    assert "graph" not in row and "CUDA graphs" in row["graph_error"]
+    assert len(row["eager"]["ms"]) == 3 and all(len(r) == 2 and min(r) > 0 for r in row["eager"]["ms"])
