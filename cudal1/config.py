@@ -172,7 +172,8 @@ class CrossGpuParams:
     # Inputs, per-pool params files and results: a folder every worker host reads and writes (NFS...).
     storage: str = "data/cross_gpu"
     # Pools' measurements kept in the repository (<kept>/<key>/<pool>/measurements.jsonl): a pool folder
-    # without measurements starts from them, so --gather on a fresh clone makes the committed report.
+    # without measurements starts from them, so --gather on a fresh clone makes the committed report (with
+    # --key <their key> once the protocol has changed: the key covers it).
     kept: str | None = None
     protocol: EvalConfig = field(default_factory=EvalConfig)
     wait_timeout_s: float = 600.0  # how long a flow run may wait for a worker to pick it up

@@ -70,21 +70,27 @@ def pool_evaluate_section(devices: Sequence[str], config: EvalConfig) -> dict[st
     }
 
 
+def _measurement_files(pool_dir: Path) -> list[Path]:
+    found = [*pool_dir.glob("measurements*.parquet"), *pool_dir.glob("measurements*.jsonl")]
+    return sorted(q for q in found if ".partial" not in q.name)
+
+
 def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence[Candidate],
-                        gpu_kind: str = "") -> list[Evaluation]:
+                        gpu_kind: str = "", config_hash: str | None = None) -> list[Evaluation]:
     """What a pool measured so far, from its incremental measurements file(s): used when its run did
     not complete (worker killed, cancelled after a timeout), so finished evaluations still count. With
     ``gpu_kind``, only those measured on that kind of GPU. The harness's failures are no verdict on their
-    candidates (the pool measures them again): left out, as not yet measured."""
+    candidates (the pool measures them again): left out, as not yet measured. Only measurements made
+    under ``config`` count, or under ``config_hash`` where given (kept ones of an earlier protocol)."""
     from cudal1.candidates import load_evaluations
 
     by_sha: dict[tuple[str, str], Candidate] = {(c.problem_id, c.sha256): c for c in candidates}
     found: dict[str, Evaluation] = {}
-    found_files = [*pool_dir.glob("measurements*.parquet"), *pool_dir.glob("measurements*.jsonl")]
-    for path in sorted(q for q in found_files if ".partial" not in q.name):
+    wanted = config_hash or config.hash
+    for path in _measurement_files(pool_dir):
         for e in load_evaluations(path):
             c = by_sha.get((e.problem_id, e.candidate_sha256))
-            if (e.config_hash == config.hash and c is not None and not e.harness_failed
+            if (e.config_hash == wanted and c is not None and not e.harness_failed
                     and (not gpu_kind or on_kind(gpu_kind, e))):
                 found[c.candidate_id] = e
     return list(found.values())
@@ -101,8 +107,16 @@ def completed_evaluations(pool_dir: Path) -> list[Evaluation] | None:
     return None
 
 
+def measured_hashes(folder: Path, pools: Sequence[str]) -> set[str]:
+    """The protocols (config hashes) the pools under ``folder`` measured with."""
+    from cudal1.candidates import load_evaluations
+
+    return {e.config_hash for name in pools for path in _measurement_files(folder / name)
+            for e in load_evaluations(path)}
+
+
 def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, candidates: Sequence[Candidate],
-                status: str = "", message: str = "") -> PoolResult:
+                status: str = "", message: str = "", config_hash: str | None = None) -> PoolResult:
     """One pool's result from the storage. With no ``status`` (gathering without a flow run) it is
     ``completed`` when the pool's table is there or every candidate has a finished evaluation, ``partial``
     when only some do, else ``not_run``; a given status other than ``completed`` keeps the finished
@@ -112,7 +126,7 @@ def gather_pool(pool_dir: Path, pool: str, gpu_kind: str, config: EvalConfig, ca
     elsewhere = [e for e in complete or () if not on_kind(gpu_kind, e)]
     if complete is not None and not elsewhere:
         return PoolResult(pool, gpu_kind, "completed", message, tuple(complete))
-    evaluations = partial_evaluations(pool_dir, config, candidates, gpu_kind)
+    evaluations = partial_evaluations(pool_dir, config, candidates, gpu_kind, config_hash)
     if elsewhere:  # a table some of whose figures another GPU made is not this pool's result
         status, names = "partial", sorted({e.device_name for e in elsewhere})
         message = (f"{len(elsewhere)} evaluations were measured on {', '.join(names)}, not a {gpu_kind}: left out; "

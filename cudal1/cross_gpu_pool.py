@@ -109,8 +109,16 @@ def stage(folder: Path, problems: Sequence[Problem], candidates: Sequence[Candid
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"pool": name, "gpu_kind": gpu_kind, "devices": list(devices),
                                     "protocol": protocol}, indent=2) + "\n")
+    restore_kept(folder, [name for name, _kind, _devices in pools], kept)
+
+
+def restore_kept(folder: Path, pools: Sequence[str], kept: Path | None) -> None:
+    """Each pool folder without measurements starts from those kept under ``kept``
+    (``<kept>/<key>/<pool>/measurements.jsonl``, CrossGpuParams.kept)."""
+    for name in pools:
         saved = kept / folder.name / name / MEASUREMENTS if kept is not None else None
         if saved is not None and saved.is_file() and not (folder / name / MEASUREMENTS).exists():
+            (folder / name).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(saved, folder / name / MEASUREMENTS)
 
 

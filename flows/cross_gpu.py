@@ -16,7 +16,8 @@ With ``release`` (a CUDA-L1 release file) and ``baselines`` set, the report adds
 speedup vs eager, ``torch.compile`` and CUDA graphs per GPU, under 1e-2 and the strict tolerance, beside
 the release's reported aggregates, and the rows that moved between GPUs with a reason.
 Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [--local [--pool P] |
---stage | --gather]``.
+--stage | --gather [--key KEY]]``. ``--gather`` refuses to replace a report with an empty table; ``--key``
+gathers measurements kept under an earlier protocol's key, as they were measured.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from prefect import flow, get_run_logger
 
 from cudal1.candidates import Candidate
 from cudal1.config import CrossGpuParams, ParamsError, PoolParams, load_params, params_dict
-from cudal1.cross_gpu import PoolResult, reproduction, storage_key, table_rows, write_tables
+from cudal1.cross_gpu import PoolResult, measured_hashes, reproduction, storage_key, table_rows, write_tables
+from cudal1.cross_gpu_pool import restore_kept
 from cudal1.problems import Problem, ReleasedKernel, load_cudal1_release
 from cudal1.reproduction import baseline_candidates, release_inputs, reported_aggregates
 from flows._common import USER_ERRORS, repo_root, run_name
@@ -104,26 +106,38 @@ def _pool(params: CrossGpuParams, name: str) -> PoolParams:
 
 
 @flow(name="cross_gpu", flow_run_name=run_name("cross_gpu", _describe))
-def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: str = "") -> list[dict[str, Any]]:
+def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: str = "",
+                   key: str = "") -> list[dict[str, Any]]:
+    """``key``: with ``mode="gather"``, gather that storage key's measurements (kept ones made under an
+    earlier protocol) instead of the one the current inputs and protocol make."""
     params: CrossGpuParams = load_params(params_path, "cross_gpu")
     logger = get_run_logger()
     local = mode == "local" or (mode == "auto" and not server_configured())
     root = repo_root(params_path)
     with stage_run("cross_gpu", params_dict(params), root, run_name="cross_gpu") as run:
         problems, candidates, release = read_inputs(params)
-        key = storage_key(problems, candidates, params.protocol)
+        current = storage_key(problems, candidates, params.protocol)
+        key = key or current
         folder = Path(params.storage) / key
         logger.info(f"{len(candidates)} candidates for {len(problems)} problems; storage {folder}")
         pools = list(params.pools)
+        measured_under = None
+        if key != current:  # kept measurements of another protocol: restored as they are, nothing staged
+            restore_kept(folder, [p.name for p in pools], Path(params.kept) if params.kept else None)
+            measured_under = _one_protocol(folder, pools, key)
+            logger.info(f"gathering key {key}, measured under config hash {measured_under} "
+                        f"(the current protocol's key is {current})")
         paths = (stage_inputs_task(problems, candidates, params.protocol, pools, str(folder), params.kept)
-                 if mode in ("stage", "gather") or pool or not local else {})
+                 if key == current and (mode in ("stage", "gather") or pool or not local) else {})
         if mode == "stage":
             for p in pools:
                 logger.info(f"pool {p.name} ({p.gpu_kind}): on its host run "
                             f"`PYTHONPATH=. python -m cudal1.cross_gpu_pool {os.path.relpath(folder / p.name)}`")
             return []
         if mode == "gather":
-            results = gather_task(str(folder), pools, None, params.protocol, candidates)
+            results = gather_task(str(folder), pools, None, params.protocol, candidates, measured_under)
+            if not any(r.evaluations for r in results):  # an empty table must not replace a report
+                raise ParamsError(_nothing_measured(params, key))
         elif local and pool:
             chosen = _pool(params, pool)
             run_pool_task(str(folder / chosen.name), list(chosen.devices))
@@ -143,7 +157,10 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
                 rep = replace(rep, stats=[*rep.stats, ("reported (release)", reported_aggregates(release, params.threshold))])
         name = Path(params.release or params.candidates).name
         title = f"Cross-GPU: {name}, {len(problems)} problems"
-        command = f"python -m flows.cross_gpu --params {os.path.relpath(params_path)} --gather"
+        command = f"python -m flows.cross_gpu --params {os.path.relpath(params_path)} --gather" + (
+            f" --key {key}" if measured_under else "")
+        if measured_under:  # the table says which protocol made it
+            title += f" (measured under an earlier protocol, config hash {measured_under})"
         written = write_tables(rows, params.out_dir, title, params.threshold, rep, params.report_name, command)
         run.log_artifacts([str(p) for p in written.values()])
         run.log_metrics({"pools": len(rows), "completed": sum(r["status"] == "completed" for r in rows)})
@@ -152,6 +169,31 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
         for row in rows:
             logger.info(f"{row['gpu']}: {row['status']}, success {row['success']}/{row['total']}, mean {row['mean']}")
     return rows
+
+
+def _one_protocol(folder: Path, pools: list[PoolParams], key: str) -> str:
+    """The config hash a kept key's pools measured under: one, or the key cannot be gathered as one table."""
+    hashes = measured_hashes(folder, [p.name for p in pools])
+    if len(hashes) != 1:
+        found = ", ".join(sorted(hashes)) or "none"
+        raise ParamsError(f"--key {key}: its pools under {folder} hold measurements of {len(hashes)} protocols "
+                          f"(config hashes: {found}); a table takes one")
+    return hashes.pop()
+
+
+def _nothing_measured(params: CrossGpuParams, key: str) -> str:
+    """Why --gather found nothing, and what to do: the evaluator's settings changed since the kept pools
+    were measured (the storage key covers the protocol), or no pool has run yet."""
+    kept = Path(params.kept) if params.kept else None
+    keys = sorted(p.name for p in kept.iterdir() if p.is_dir()) if kept is not None and kept.is_dir() else []
+    run_pools = (f"run the pools first (`--stage`, then `python -m cudal1.cross_gpu_pool {os.path.relpath(Path(params.storage) / key)}/<pool>` "
+                 "on each pool's host)")
+    if not keys:
+        return f"--gather: no pool measured these inputs under this protocol (storage key {key}); {run_pools}"
+    return (f"--gather: no pool measured these inputs under this protocol (storage key {key}); {kept} keeps "
+            f"measurements under {', '.join(keys)}, made under another protocol (the evaluator's settings have "
+            f"changed since). Pass `--gather --key {keys[-1]}` to make the table from them as they were measured, "
+            f"or {run_pools}. The report was left as it was")
 
 
 def main() -> None:
@@ -167,16 +209,21 @@ def main() -> None:
     group.add_argument("--gather", action="store_const", const="gather", dest="mode",
                        help="make the table from what the pools wrote to the storage; evaluate nothing")
     parser.add_argument("--pool", default="", help="with --local: evaluate as this pool (its folder in the storage)")
+    parser.add_argument("--key", default="", help="with --gather: the storage key to gather (kept measurements "
+                        "made under an earlier protocol); default: the current inputs' and protocol's")
     args = parser.parse_args()
     mode = args.mode or "auto"
     if args.pool and mode != "local":
         print("\nerror: --pool goes with --local (evaluate here as that pool)", file=sys.stderr)
         sys.exit(2)
+    if args.key and mode != "gather":
+        print("\nerror: --key goes with --gather (make the table from that key's measurements)", file=sys.stderr)
+        sys.exit(2)
     if mode == "pools" and not server_configured():
         print("\nerror: --pools needs a Prefect server: export PREFECT_API_URL=http://HOST:4200/api", file=sys.stderr)
         sys.exit(2)
     try:
-        cross_gpu_flow(params_path=args.params, mode=mode, pool=args.pool)
+        cross_gpu_flow(params_path=args.params, mode=mode, pool=args.pool, key=args.key)
     except USER_ERRORS as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         sys.exit(2)

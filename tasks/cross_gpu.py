@@ -142,15 +142,17 @@ def wait_for_runs_task(submitted: list[Submitted], wait_timeout_s: float, run_ti
 
 @task(cache_policy=NO_CACHE)
 def gather_task(folder: str, pools: list[PoolParams], outcome: dict[str, tuple[str, str]] | None,
-                config: EvalConfig, candidates: list[Candidate]) -> list[PoolResult]:
+                config: EvalConfig, candidates: list[Candidate], config_hash: str | None = None) -> list[PoolResult]:
     """Each pool's evaluations from the storage: its completed table, else whatever its incremental
     measurements file holds (a killed or cancelled run keeps what it finished). With no ``outcome`` (no
-    flow runs: ``--gather``) the status follows from what the storage holds."""
+    flow runs: ``--gather``) the status follows from what the storage holds. ``config_hash``: the protocol
+    a kept key was measured under, where it is not ``config``'s (``--gather --key``)."""
     logger = get_run_logger()
     results = []
     for pool in pools:
         status, message = (outcome or {}).get(pool.name, ("", ""))
-        result = gather_pool(Path(folder) / pool.name, pool.name, pool.gpu_kind, config, candidates, status, message)
+        result = gather_pool(Path(folder) / pool.name, pool.name, pool.gpu_kind, config, candidates, status, message,
+                             config_hash)
         logger.info(f"pool {pool.name} ({pool.gpu_kind}): {result.status}, {len(result.evaluations)} evaluations")
         results.append(result)
     return results

@@ -97,3 +97,21 @@ def test_release_through_stage_pool_runner_local_pool_and_gather(tmp_path: Path,
     again = run([*flow, "--gather"], repo, run_env)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert json.loads((out / "cross_gpu.json").read_text())["gpus"] == before
+
+    # The evaluator's settings change (a new key for the same inputs): --gather finds nothing measured
+    # under them and refuses to replace the report with an empty table, naming the kept key; --key
+    # gathers that key's measurements as they were made, with the protocol they were made under.
+    report = (out / "cross_gpu.md").read_text()
+    shutil.rmtree(repo / "data/cross_gpu")
+    edit_params(repo, {"cross_gpu": {"protocol": PROTOCOL | {"timing_trials": 4}}})
+    refused = run([*flow, "--gather"], repo, run_env)
+    assert refused.returncode == 2 and f"--gather --key {folder.name}" in refused.stderr, refused.stderr[-2000:]
+    assert "made under another protocol" in refused.stderr and (out / "cross_gpu.md").read_text() == report
+    misplaced = run([*flow, "--local", "--key", folder.name], repo, run_env)
+    assert misplaced.returncode == 2 and "--key goes with --gather" in misplaced.stderr
+    kept_key = run([*flow, "--gather", "--key", folder.name], repo, run_env)
+    assert kept_key.returncode == 0, kept_key.stdout[-3000:] + kept_key.stderr[-3000:]
+    assert json.loads((out / "cross_gpu.json").read_text())["gpus"] == before
+    markdown = (out / "cross_gpu.md").read_text()
+    assert f"--gather --key {folder.name}`" in markdown and "measured under an earlier protocol, config hash" in markdown
+    assert not (repo / "data/cross_gpu" / folder.name / "gpu-h100" / "pool.json").exists()  # nothing staged
