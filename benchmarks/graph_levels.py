@@ -58,8 +58,19 @@ def levels(ms: list[float], gap: float = 0.10, share: float = 0.10) -> dict[str,
     return out
 
 
-def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -> list[float]:
-    """Milliseconds of each call, as the timed loop takes them: device idle, host clock, call, device-wide sync."""
+def cpu_probe(n: int = 20_000) -> float:
+    """Milliseconds of a fixed piece of pure Python work on this core: the host's own speed, no GPU in it."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(n):
+        total += i * i
+    return (time.perf_counter() - t0) * 1e3
+
+
+def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None],
+                probes: list[float] | None = None) -> list[float]:
+    """Milliseconds of each call, as the timed loop takes them: device idle, host clock, call, device-wide
+    sync; with ``probes``, the CPU probe's time after each call is appended there."""
     out = []
     for _ in range(calls):
         sync()
@@ -67,7 +78,23 @@ def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -
         call()
         sync()
         out.append((time.perf_counter() - t0) * 1e3)
+        if probes is not None:
+            probes.append(round(cpu_probe(), 4))
     return out
+
+
+def correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson's r of two equally long series (None when either is constant).
+
+    >>> correlation([1.0, 2.0, 3.0], [2.0, 4.0, 6.5])
+    0.998
+    >>> correlation([1.0, 2.0], [3.0, 3.0]) is None
+    True
+    """
+    try:
+        return round(statistics.correlation(xs, ys), 3)
+    except statistics.StatisticsError:
+        return None
 
 
 def captured(model: torch.nn.Module, inputs: list[Any]) -> tuple[Callable[[], Any] | None, str]:
@@ -89,8 +116,10 @@ def captured(model: torch.nn.Module, inputs: list[Any]) -> tuple[Callable[[], An
         return None, f"{type(exc).__name__}: {exc}"[:300]
 
 
-def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: int, cuda: bool) -> dict[str, Any]:
-    """Eager calls and graph replays in alternating rounds (which goes first alternates too)."""
+def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: int, cuda: bool,
+                probe: bool = False) -> dict[str, Any]:
+    """Eager calls and graph replays in alternating rounds (which goes first alternates too); with
+    ``probe``, a fixed piece of CPU work timed after each call, and how the calls' times follow it."""
     sync = torch._C._cuda_synchronize if cuda else (lambda: None)
     with torch.no_grad():
         for _ in range(5):
@@ -102,13 +131,21 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: i
         replay, why = captured(model, inputs) if cuda else (None, "no CUDA graphs off the GPU")
         kinds: dict[str, Callable[[], Any]] = {"eager": eager} | ({"graph": replay} if replay is not None else {})
         per_round: dict[str, list[list[float]]] = {k: [] for k in kinds}
+        probes: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(rounds):
             for kind in (list(kinds) if r % 2 == 0 else list(reversed(kinds))):
-                per_round[kind].append([round(x, 4) for x in timed_calls(kinds[kind], calls, sync)])
+                ms = timed_calls(kinds[kind], calls, sync, probes[kind] if probe else None)
+                per_round[kind].append([round(x, 4) for x in ms])
     out: dict[str, Any] = {"graph_error": why} if why else {}
     for kind, rs in per_round.items():
         out[kind] = {"ms": rs, "round_medians": [round(statistics.median(x), 4) for x in rs],
                      "levels": levels([x for r in rs for x in r])}
+        if probe:
+            flat = [x for r in rs for x in r]
+            out[kind] |= {"probe_ms": probes[kind], "probe_levels": levels(probes[kind]),
+                          "probe_round_medians": [round(statistics.median(probes[kind][i * calls:(i + 1) * calls]), 4)
+                                                  for i in range(rounds)],
+                          "calls_follow_probe_r": correlation(flat, probes[kind])}
     return out
 
 
@@ -119,6 +156,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--calls", type=int, default=12, help="calls of each kind per round")
+    ap.add_argument("--probe", action="store_true", help="time a fixed piece of CPU work after each call: does the "
+                    "host's own speed move with the calls?")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -136,10 +175,10 @@ def main() -> None:
                               "rounds": args.rounds, "calls": args.calls, "rows": {}}
     for pid in args.rows.split(","):
         model, inputs = load(rows[pid].source, device)
-        row = measure_row(model, inputs, args.rounds, args.calls, cuda)
+        row = measure_row(model, inputs, args.rounds, args.calls, cuda, args.probe)
         result["rows"][pid] = row
-        summary = {k: {"round_medians": v["round_medians"], "levels": v["levels"]}
-                   for k, v in row.items() if isinstance(v, dict)}
+        summary = {k: {n: v[n] for n in ("round_medians", "levels", "probe_round_medians", "calls_follow_probe_r")
+                       if n in v} for k, v in row.items() if isinstance(v, dict)}
         print(pid, json.dumps(summary | ({"graph_error": row["graph_error"]} if "graph_error" in row else {})),
               flush=True)
         del model, inputs

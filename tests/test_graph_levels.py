@@ -20,3 +20,11 @@ def test_off_the_gpu_only_eager_calls_are_timed_and_the_graph_is_named_missing()
     row = load_script("graph_levels").measure_row(model, [torch.randn(4, 8)], rounds=3, calls=2, cuda=False)
     assert "graph" not in row and "CUDA graphs" in row["graph_error"]
     assert len(row["eager"]["ms"]) == 3 and all(len(r) == 2 and min(r) > 0 for r in row["eager"]["ms"])
+
+
+def test_the_cpu_probe_is_timed_after_every_call_and_set_beside_the_calls() -> None:
+    model = torch.nn.Linear(8, 8).eval()
+    row = load_script("graph_levels").measure_row(model, [torch.randn(4, 8)], rounds=2, calls=3, cuda=False, probe=True)
+    eager = row["eager"]
+    assert len(eager["probe_ms"]) == 6 and min(eager["probe_ms"]) > 0 and len(eager["probe_round_medians"]) == 2
+    assert eager["calls_follow_probe_r"] is None or -1 <= eager["calls_follow_probe_r"] <= 1
