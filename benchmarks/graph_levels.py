@@ -5,7 +5,9 @@ levels 20-35% apart within one evaluation while their candidates hold steady
 core the timed loop would use, as the loop times a call (device-wide sync, host clock, forward,
 device-wide sync), in rounds that alternate eager calls with replays of the same forward captured as one
 CUDA graph (no host launches inside it). Levels that show in the eager calls and not in the replays are
-the host's pace of launching; levels in both are the device's.
+the host's pace of launching; levels in both are the device's. Each block records the share of its wall
+the hypervisor took from the process's cores (steal, /proc/stat); ``--probe`` times a fixed piece of
+pure Python work after each call, the host CPU's own speed.
 
     PYTHONPATH=. python3 benchmarks/graph_levels.py --release carry/h100.jsonl --rows L3-41,L3-39,L2-25 \
         --device cuda:0 --json $OUT/graph-levels.json
@@ -83,6 +85,40 @@ def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None],
     return out
 
 
+def steal_ticks(cores: set[int]) -> int | None:
+    """Clock ticks the hypervisor took from these cores so far (steal, /proc/stat's eighth field), or None
+    where the kernel does not say (no /proc/stat, no steal column)."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    total, seen = 0, 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores and len(fields) >= 8:
+            total, seen = total + int(fields[7]), seen + 1
+    return total if seen else None
+
+
+class Steal:
+    """The share of a block's wall clock the hypervisor took from this process's cores (steal time): a
+    host slow in spells because the vCPU is not running shows here; one slow for another reason (its
+    clock, a sibling thread on the physical core) does not."""
+
+    def __init__(self) -> None:
+        self.cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __enter__(self) -> Steal:
+        self.start, self.t0, self.share = steal_ticks(self.cores), time.perf_counter(), None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end, wall = steal_ticks(self.cores), time.perf_counter() - self.t0
+        if self.start is not None and end is not None and wall > 0 and self.cores:
+            self.share = round((end - self.start) / self.tick / wall / len(self.cores), 4)
+
+
 def correlation(xs: list[float], ys: list[float]) -> float | None:
     """Pearson's r of two equally long series (None when either is constant).
 
@@ -132,14 +168,17 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: i
         kinds: dict[str, Callable[[], Any]] = {"eager": eager} | ({"graph": replay} if replay is not None else {})
         per_round: dict[str, list[list[float]]] = {k: [] for k in kinds}
         probes: dict[str, list[float]] = {k: [] for k in kinds}
+        steal: dict[str, list[float | None]] = {k: [] for k in kinds}
         for r in range(rounds):
             for kind in (list(kinds) if r % 2 == 0 else list(reversed(kinds))):
-                ms = timed_calls(kinds[kind], calls, sync, probes[kind] if probe else None)
+                with Steal() as stolen:
+                    ms = timed_calls(kinds[kind], calls, sync, probes[kind] if probe else None)
                 per_round[kind].append([round(x, 4) for x in ms])
+                steal[kind].append(stolen.share)
     out: dict[str, Any] = {"graph_error": why} if why else {}
     for kind, rs in per_round.items():
         out[kind] = {"ms": rs, "round_medians": [round(statistics.median(x), 4) for x in rs],
-                     "levels": levels([x for r in rs for x in r])}
+                     "levels": levels([x for r in rs for x in r]), "steal_share_rounds": steal[kind]}
         if probe:
             flat = [x for r in rs for x in r]
             out[kind] |= {"probe_ms": probes[kind], "probe_levels": levels(probes[kind]),
@@ -177,7 +216,8 @@ def main() -> None:
         model, inputs = load(rows[pid].source, device)
         row = measure_row(model, inputs, args.rounds, args.calls, cuda, args.probe)
         result["rows"][pid] = row
-        summary = {k: {n: v[n] for n in ("round_medians", "levels", "probe_round_medians", "calls_follow_probe_r")
+        summary = {k: {n: v[n] for n in ("round_medians", "levels", "probe_round_medians", "calls_follow_probe_r",
+                                         "steal_share_rounds")
                        if n in v} for k, v in row.items() if isinstance(v, dict)}
         print(pid, json.dumps(summary | ({"graph_error": row["graph_error"]} if "graph_error" in row else {})),
               flush=True)

@@ -28,3 +28,13 @@ def test_the_cpu_probe_is_timed_after_every_call_and_set_beside_the_calls() -> N
     eager = row["eager"]
     assert len(eager["probe_ms"]) == 6 and min(eager["probe_ms"]) > 0 and len(eager["probe_round_medians"]) == 2
     assert eager["calls_follow_probe_r"] is None or -1 <= eager["calls_follow_probe_r"] <= 1
+    # steal: a share of each round's wall where this kernel reports it (Linux), never negative
+    assert len(eager["steal_share_rounds"]) == 2
+    assert all(s is None or 0 <= s <= 1.5 for s in eager["steal_share_rounds"])
+
+
+def test_steal_ticks_reads_the_cores_named_and_none_for_a_core_that_is_not_there() -> None:
+    steal_ticks = load_script("graph_levels").steal_ticks
+    here = steal_ticks({0})
+    assert here is None or here >= 0
+    assert steal_ticks({10_000}) is None
