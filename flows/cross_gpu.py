@@ -124,7 +124,7 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
         measured_under = None
         if key != current:  # kept measurements of another protocol: restored as they are, nothing staged
             restore_kept(folder, [p.name for p in pools], Path(params.kept) if params.kept else None)
-            measured_under = _one_protocol(folder, pools, key)
+            measured_under = _one_protocol(params, folder, pools, key)
             logger.info(f"gathering key {key}, measured under config hash {measured_under} "
                         f"(the current protocol's key is {current})")
         paths = (stage_inputs_task(problems, candidates, params.protocol, pools, str(folder), params.kept)
@@ -171,28 +171,40 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
     return rows
 
 
-def _one_protocol(folder: Path, pools: list[PoolParams], key: str) -> str:
+def _one_protocol(params: CrossGpuParams, folder: Path, pools: list[PoolParams], key: str) -> str:
     """The config hash a kept key's pools measured under: one, or the key cannot be gathered as one table."""
     hashes = measured_hashes(folder, [p.name for p in pools])
+    if not hashes:
+        raise ParamsError(f"--key {key}: no measurements under {os.path.relpath(folder)} nor kept under "
+                          f"{params.kept or '(cross_gpu.kept is not set)'}; {_kept_keys_line(params)}")
     if len(hashes) != 1:
-        found = ", ".join(sorted(hashes)) or "none"
         raise ParamsError(f"--key {key}: its pools under {folder} hold measurements of {len(hashes)} protocols "
-                          f"(config hashes: {found}); a table takes one")
+                          f"(config hashes: {', '.join(sorted(hashes))}); a table takes one")
     return hashes.pop()
+
+
+def _kept_keys(params: CrossGpuParams) -> list[str]:
+    kept = Path(params.kept) if params.kept else None
+    return sorted(p.name for p in kept.iterdir() if p.is_dir()) if kept is not None and kept.is_dir() else []
+
+
+def _kept_keys_line(params: CrossGpuParams) -> str:
+    keys = _kept_keys(params)
+    return f"keys kept under {params.kept}: {', '.join(keys)}" if keys else "no keys are kept"
 
 
 def _nothing_measured(params: CrossGpuParams, key: str) -> str:
     """Why --gather found nothing, and what to do: the evaluator's settings changed since the kept pools
     were measured (the storage key covers the protocol), or no pool has run yet."""
-    kept = Path(params.kept) if params.kept else None
-    keys = sorted(p.name for p in kept.iterdir() if p.is_dir()) if kept is not None and kept.is_dir() else []
+    keys = _kept_keys(params)
     run_pools = (f"run the pools first (`--stage`, then `python -m cudal1.cross_gpu_pool {os.path.relpath(Path(params.storage) / key)}/<pool>` "
                  "on each pool's host)")
     if not keys:
         return f"--gather: no pool measured these inputs under this protocol (storage key {key}); {run_pools}"
-    return (f"--gather: no pool measured these inputs under this protocol (storage key {key}); {kept} keeps "
+    which = f"`--gather --key {keys[0]}`" if len(keys) == 1 else "`--gather --key KEY` with one of them"
+    return (f"--gather: no pool measured these inputs under this protocol (storage key {key}); {params.kept} keeps "
             f"measurements under {', '.join(keys)}, made under another protocol (the evaluator's settings have "
-            f"changed since). Pass `--gather --key {keys[-1]}` to make the table from them as they were measured, "
+            f"changed since). Pass {which} to make the table from them as they were measured, "
             f"or {run_pools}. The report was left as it was")
 
 

@@ -107,6 +107,8 @@ def test_release_through_stage_pool_runner_local_pool_and_gather(tmp_path: Path,
     refused = run([*flow, "--gather"], repo, run_env)
     assert refused.returncode == 2 and f"--gather --key {folder.name}" in refused.stderr, refused.stderr[-2000:]
     assert "made under another protocol" in refused.stderr and (out / "cross_gpu.md").read_text() == report
+    unknown = run([*flow, "--gather", "--key", "000000000000"], repo, run_env)
+    assert unknown.returncode == 2 and f"keys kept under kept: {folder.name}" in unknown.stderr, unknown.stderr[-2000:]
     misplaced = run([*flow, "--local", "--key", folder.name], repo, run_env)
     assert misplaced.returncode == 2 and "--key goes with --gather" in misplaced.stderr
     kept_key = run([*flow, "--gather", "--key", folder.name], repo, run_env)
