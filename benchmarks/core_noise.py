@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,22 @@ def load(source: str, device: torch.device) -> tuple[torch.nn.Module, list[Any]]
     return model, inputs
 
 
+def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None],
+                after: Callable[[], None] | None = None) -> list[float]:
+    """Milliseconds of each call, as the timed loop takes them: device idle, host clock, call, device-wide
+    sync; ``after`` runs after each call, outside its time."""
+    out = []
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        out.append((time.perf_counter() - t0) * 1e3)
+        if after is not None:
+            after()
+    return out
+
+
 def time_on_core(model: torch.nn.Module, inputs: list[Any], seconds: float, calls: int = 50) -> list[float]:
     """Median ms per call of each batch of ``calls``, for ``seconds``, as the timed loop times a call."""
     sync = torch._C._cuda_synchronize
@@ -81,14 +98,7 @@ def time_on_core(model: torch.nn.Module, inputs: list[Any], seconds: float, call
         for _ in range(10):
             model(*inputs)
         while time.perf_counter() < end:
-            ms = []
-            for _ in range(calls):
-                sync()
-                t0 = time.perf_counter()
-                model(*inputs)
-                sync()
-                ms.append((time.perf_counter() - t0) * 1e3)
-            medians.append(statistics.median(ms))
+            medians.append(statistics.median(timed_calls(lambda: model(*inputs), calls, sync)))
     return medians
 
 

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.core_noise import load  # noqa: E402  a release reference and its inputs, seeded
+from benchmarks.core_noise import load, timed_calls  # noqa: E402  a reference and its inputs; the loop's timing
 from cudal1.evaluator.cores import timed_core  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
@@ -67,22 +67,6 @@ def cpu_probe(n: int = 20_000) -> float:
     for i in range(n):
         total += i * i
     return (time.perf_counter() - t0) * 1e3
-
-
-def timed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None],
-                probes: list[float] | None = None) -> list[float]:
-    """Milliseconds of each call, as the timed loop takes them: device idle, host clock, call, device-wide
-    sync; with ``probes``, the CPU probe's time after each call is appended there."""
-    out = []
-    for _ in range(calls):
-        sync()
-        t0 = time.perf_counter()
-        call()
-        sync()
-        out.append((time.perf_counter() - t0) * 1e3)
-        if probes is not None:
-            probes.append(round(cpu_probe(), 4))
-    return out
 
 
 def steal_ticks(cores: set[int]) -> int | None:
@@ -171,16 +155,17 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: i
         steal: dict[str, list[float | None]] = {k: [] for k in kinds}
         for r in range(rounds):
             for kind in (list(kinds) if r % 2 == 0 else list(reversed(kinds))):
+                after = (lambda k=kind: probes[k].append(round(cpu_probe(), 4))) if probe else None
                 with Steal() as stolen:
-                    ms = timed_calls(kinds[kind], calls, sync, probes[kind] if probe else None)
+                    ms = timed_calls(kinds[kind], calls, sync, after)
                 per_round[kind].append([round(x, 4) for x in ms])
                 steal[kind].append(stolen.share)
     out: dict[str, Any] = {"graph_error": why} if why else {}
     for kind, rs in per_round.items():
+        flat = [x for r in rs for x in r]
         out[kind] = {"ms": rs, "round_medians": [round(statistics.median(x), 4) for x in rs],
-                     "levels": levels([x for r in rs for x in r]), "steal_share_rounds": steal[kind]}
+                     "levels": levels(flat), "steal_share_rounds": steal[kind]}
         if probe:
-            flat = [x for r in rs for x in r]
             out[kind] |= {"probe_ms": probes[kind], "probe_levels": levels(probes[kind]),
                           "probe_round_medians": [round(statistics.median(probes[kind][i * calls:(i + 1) * calls]), 4)
                                                   for i in range(rounds)],
