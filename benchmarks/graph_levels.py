@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.core_noise import load, timed_calls  # noqa: E402  a reference and its inputs; the loop's timing
 from cudal1.evaluator.cores import timed_core  # noqa: E402
+from cudal1.evaluator.pace import probe_ms  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
 
 
@@ -61,12 +62,9 @@ def levels(ms: list[float], gap: float = 0.10, share: float = 0.10) -> dict[str,
 
 
 def cpu_probe(n: int = 20_000) -> float:
-    """Milliseconds of a fixed piece of pure Python work on this core: the host's own speed, no GPU in it."""
-    t0 = time.perf_counter()
-    total = 0
-    for i in range(n):
-        total += i * i
-    return (time.perf_counter() - t0) * 1e3
+    """Milliseconds of a fixed piece of pure Python work on this core: the host's own speed, no GPU in it
+    (the evaluator's own reading, cudal1/evaluator/pace.py, with more work)."""
+    return probe_ms(n)
 
 
 def steal_ticks(cores: set[int]) -> int | None:

@@ -24,6 +24,8 @@ class TrialPair:
     # Seconds each timed thread waited for a core held by another process (contention.py; 0 on CUDA)
     reference_wait_s: float = 0.0
     candidate_wait_s: float = 0.0
+    # The host CPU's pace around the reference's batch (pace.py: ms of a fixed probe; 0 where not read)
+    pace_ms: float = 0.0
 
     @property
     def wait_share(self) -> float:

@@ -14,6 +14,7 @@ from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
 from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.pace import evaluation_pace, floor_for
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
 
@@ -61,9 +62,11 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
            "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
-    # On a shared CPU the parent reads how long each timed thread waited for a core (contention.py); on a
-    # GPU only when tracing, to see whether host waits explain a launch-bound row's odd trials
-    watch = sample if not cfg.is_cuda or run.trace is not None else (lambda pid: None)
+    # The parent reads how long each timed thread waited for a core held by another process
+    # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
+    # program of the pair working while this one is timed: a candidate's thread left spinning slows the
+    # reference, and its pace reading (pace.py) with it.
+    watch = sample
 
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         run.reference.warm(warm_seed)
@@ -102,9 +105,17 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
         if not result.ok:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
-    # On a GPU the waits are only traced: its timed workers have a core of their own, nothing is set aside
-    counted = (ref_wait, cand_wait) if not cfg.is_cuda else (0.0, 0.0)
-    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, *counted)
+    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref))
+
+
+def _pace(reply: dict[str, Any]) -> float:
+    """The slower of the reference worker's pace readings around its batch (0.0 where it sent none).
+
+    >>> _pace({"pace_ms": [0.12, 0.2]}), _pace({})
+    (0.2, 0.0)
+    """
+    read = [float(p) for p in reply.get("pace_ms") or [] if isinstance(p, (int, float))]
+    return max(read, default=0.0)
 
 
 def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
@@ -155,13 +166,29 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
         used, measurements = fresh, 2
     if best.high - best.low > cfg.max_spread * best.speedup:
         run.flags.add("noisy")
+    paced = _host_pace(run, used, timed)
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)}
+                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)} | paced
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra
+
+
+def _host_pace(run: Run, used: list[TrialPair], timed: list[TrialPair]) -> dict[str, Any]:
+    """The pace the reference was timed at against its device's fast pace (pace.py); flags ``host_slow``
+    on a GPU where it was well below it. Every timed batch's reading feeds the device's floor."""
+    pace = evaluation_pace([p.pace_ms for p in used])
+    if pace is None:
+        return {}
+    floor = floor_for(run.config.device)
+    fast = floor.fast()
+    if run.config.is_cuda and floor.slow(pace):
+        run.flags.add("host_slow")
+    for pair in timed:
+        floor.observe(pair.pace_ms)
+    return {"host_pace_ms": round(pace, 4), "host_fast_pace_ms": round(fast, 4) if fast else None}
 
 
 def trial_medians(pairs: list[TrialPair]) -> list[list[float]]:

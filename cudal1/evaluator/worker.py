@@ -26,6 +26,7 @@ from cudal1.evaluator import device_draws, extensions, graphed, inputs, probes, 
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
+from cudal1.evaluator.pace import probe_ms
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -349,6 +350,7 @@ class Worker(ReferenceRole):
         # Each call with the harness's work around it (timing.calls_per_trial); not the last, which draws no
         # next inputs: on a CPU its 0.05-0.8 ms set calls per trial for 1.4-3.6 ms calls (docs/evaluator.md)
         call_ms: list[float] = []
+        pace_before = probe_ms()  # the host CPU's pace around the batch (pace.py), outside the timed calls
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
             upcoming = draw(seeds[0]) if seeds else []
             call_t0 = clock()
@@ -390,6 +392,7 @@ class Worker(ReferenceRole):
                     call_ms.append((now - call_t0) * 1e3)
                     call_t0 = now
         ms = timed()
+        pace = [pace_before, probe_ms()]
         if graph is not None and not graph.intact():
             self.graphed = None  # the graph writes where the inputs no longer are: eager from here on
             return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": [
@@ -397,4 +400,4 @@ class Worker(ReferenceRole):
                 "have seen stale inputs)"]}
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
         return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
-                "call_ms": call_ms} | shipped
+                "call_ms": call_ms, "pace_ms": pace} | shipped
