@@ -25,8 +25,8 @@ def test_the_recorded_trials_give_the_reported_figures_and_replay_to_them(tmp_pa
                                                                                               "class ModelNew")), CONFIG)
     assert result.status is Status.OK, result.reason
     trials = result.extra["trial_ms"]
-    # the reference's worker read the host's pace around its batches (pace.py); no flag on a CPU device
-    assert result.extra["host_pace_ms"] > 0 and "host_slow" not in result.flags
+    # the reference's worker read the host's pace around its batches (pace.py)
+    assert result.extra["host_pace_ms"] > 0
     assert len(trials) == result.trials and CONFIG.timing_trials <= len(trials) <= 10
     again = Measurement.from_pairs([TrialPair([r], [c], 0.0, 0.0) for r, c in trials])
     # four significant digits recorded: the figures agree to that rounding

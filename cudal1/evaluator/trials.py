@@ -14,7 +14,7 @@ from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
 from cudal1.evaluator.contention import external_wait_s, sample
-from cudal1.evaluator.pace import evaluation_pace, floor_for
+from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
 
@@ -166,29 +166,19 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
         used, measurements = fresh, 2
     if best.high - best.low > cfg.max_spread * best.speedup:
         run.flags.add("noisy")
-    paced = _host_pace(run, used, timed)
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)} | paced
+                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)} | _host_pace(used)
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra
 
 
-def _host_pace(run: Run, used: list[TrialPair], timed: list[TrialPair]) -> dict[str, Any]:
-    """The pace the reference was timed at against its device's fast pace (pace.py); flags ``host_slow``
-    on a GPU where it was well below it. Every timed batch's reading feeds the device's floor."""
+def _host_pace(used: list[TrialPair]) -> dict[str, Any]:
+    """The pace the reference was timed at (pace.py), where its worker read one."""
     pace = evaluation_pace([p.pace_ms for p in used])
-    if pace is None:
-        return {}
-    floor = floor_for(run.config.device)
-    fast = floor.fast()
-    if run.config.is_cuda and floor.slow(pace):
-        run.flags.add("host_slow")
-    for pair in timed:
-        floor.observe(pair.pace_ms)
-    return {"host_pace_ms": round(pace, 4), "host_fast_pace_ms": round(fast, 4) if fast else None}
+    return {"host_pace_ms": round(pace, 4)} if pace is not None else {}
 
 
 def trial_medians(pairs: list[TrialPair]) -> list[list[float]]:
