@@ -78,8 +78,6 @@ def main() -> None:
                     help="EvalConfig.pause_loads: loads ahead stop while the device times")
     ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=EvalConfig.tune_alone,
                     help="EvalConfig.tune_alone: a program that tunes itself makes its first call alone on its device")
-    ap.add_argument("--pace-slack", type=float, default=EvalConfig.pace_slack,
-                    help="EvalConfig.pace_slack: set aside trials read at a host pace this much slower than the fastest")
     args = ap.parse_args()
 
     rows = [r for r in load_cudal1_release(args.release) if r.candidate_source]
@@ -98,7 +96,7 @@ def main() -> None:
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
                         clock=args.clock, target_trial_ms=args.trial_ms,
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
-                        tune_alone=args.tune_alone, pace_slack=args.pace_slack)
+                        tune_alone=args.tune_alone)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows

@@ -95,10 +95,6 @@ class EvalConfig:
     # against 4.2-4.6 ms); the runs' walls were the same (147.5-160.5 s against 150.8-157.3 s), the tuned
     # first calls 11-13 s a run (docs/gpu-runs.md#2026-11-27-tune-alone).
     tune_alone: bool = True
-    # CUDA only: a paired trial whose reference batch read the host CPU's pace (pace.py) more than this
-    # factor slower than the fastest pace read in the same evaluation is set aside and another timed in its
-    # place, within the same ceilings, as a contended one is. None: every trial counts.
-    pace_slack: float | None = None
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -144,8 +140,6 @@ class EvalConfig:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):
             raise ValueError(f"tolerance={self.tolerance}: pass a number in (0, 1), e.g. 1e-2")
-        if self.pace_slack is not None and self.pace_slack <= 1:
-            raise ValueError(f"pace_slack={self.pace_slack}: a factor above 1, e.g. 1.25, or None")
         if self.clock not in ("host", "events"):
             raise ValueError(f"clock={self.clock!r}: use 'host' or 'events'")
         if self.degenerate_policy not in ("flag", "reject"):

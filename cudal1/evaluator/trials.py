@@ -122,50 +122,27 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
     more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
     Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
-    program waited for a core held by another process (contention.py), or, with ``pace_slack`` on a GPU,
-    whose reference read the host's pace more than that factor slower than the fastest read in this
-    evaluation (pace.py), is set aside and another one timed in its place, within the same ceilings; where
-    the ceilings come first, the least contended (then fastest-paced) of those set aside make up the number
-    and the measurement is flagged "contended" or "host_slow". Returns the pairs measured from and every
-    pair timed."""
+    program waited for a core held by another process (contention.py) is set aside and another one timed
+    in its place, within the same ceilings; where the ceilings come first, the least contended of those
+    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
+    from and every pair timed."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
     checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
-    slack = cfg.pace_slack if cfg.is_cuda else None
-    timed: list[TrialPair] = []
-    while True:
-        timed.append(_trial(run, iters, len(timed) in checked))
-        clean, contended, slow = sort_pairs(timed, slack)
-        spent = len(timed) >= most or (len(timed) >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
-        if len(clean) >= cfg.timing_trials:
-            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
-                return clean, timed
-        elif spent:
-            if len(clean) + len(slow) < cfg.timing_trials:
-                run.flags.update(("contended", "noisy"))
-            if slow:
-                run.flags.add("host_slow")
-            aside = sorted(slow, key=lambda p: p.pace_ms) + sorted(contended, key=lambda p: p.wait_share)
-            return clean + aside[:cfg.timing_trials - len(clean)], timed
-
-
-def sort_pairs(timed: list[TrialPair], slack: float | None) -> tuple[list[TrialPair], list[TrialPair], list[TrialPair]]:
-    """The pairs timed so far as (clean, contended, slow-paced): contended where either program waited for
-    its core; slow-paced where, with ``slack``, the reference's pace reading exceeds ``slack`` times the
-    fastest reading among them (a pair without a reading is never slow-paced).
-
-    >>> pairs = [TrialPair([1.0], [1.0], 0.02, 0.02, 0.0, 0.0, pace) for pace in (0.10, 0.19, 0.12, 0.0)]
-    >>> [len(group) for group in sort_pairs(pairs, 1.25)], [len(group) for group in sort_pairs(pairs, None)]
-    ([3, 0, 1], [4, 0, 0])
-    """
-    read = [p.pace_ms for p in timed if p.pace_ms > 0]
-    limit = slack * min(read) if slack is not None and read else float("inf")
     clean: list[TrialPair] = []
     contended: list[TrialPair] = []
-    slow: list[TrialPair] = []
-    for pair in timed:
-        (contended if pair.contended else slow if pair.pace_ms > limit else clean).append(pair)
-    return clean, contended, slow
+    while True:
+        pair = _trial(run, iters, len(clean) + len(contended) in checked)
+        (contended if pair.contended else clean).append(pair)
+        total = len(clean) + len(contended)
+        spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
+        if len(clean) >= cfg.timing_trials:
+            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
+                return clean, clean + contended
+        elif spent:
+            run.flags.update(("contended", "noisy"))
+            contended.sort(key=lambda p: p.wait_share)
+            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
 
 
 def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
@@ -191,10 +168,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
         run.flags.add("noisy")
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
-    slack = cfg.pace_slack if cfg.is_cuda else None
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
-                             "slow_paced_trials": len(sort_pairs(timed, slack)[2])} | _host_pace(used)
+                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)} | _host_pace(used)
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra
