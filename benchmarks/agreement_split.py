@@ -5,7 +5,8 @@ row that moved, which program's own time moved. Runs anywhere, no GPU, on releas
         docs/benchmarks/two-gpu-h100/w-warm-two-gpu docs/benchmarks/two-gpu-h100/w-warm-two-gpu-2
 
 For every pair of runs, over the rows ok in both: |delta speedup| / speedup, pooled over the pairs and
-split by the reference's time in the first run of each pair (median and 95th percentile per band). Then each row ok in every
+split by the reference's time in the first run of each pair (median and 95th percentile per band), and
+by whether the two evaluations read the host's pace alike (``by_pace``). Then each row ok in every
 run whose speedups spread by more than ``--moved`` (max / min - 1): its speedups, and the spread of the
 reference's and the candidate's own times. A row whose reference moved and whose candidate held follows
 the host's pace through its reference (a recurrent network's thousands of launches); one whose candidate
@@ -56,6 +57,62 @@ def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
              "p95": round(_p95(g), 4)} for (lo, hi), g in bands.items() if g]
 
 
+def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, Any]:
+    """Pooled pairwise agreement of the rows whose two evaluations read the host's pace (``host_pace_ms``,
+    cudal1/evaluator/pace.py) within a factor ``same`` of each other, against the rest: does the host's
+    speed at the time explain the disagreement? Rows without a reading in either run are left out.
+
+    >>> from cudal1.candidates import Evaluation
+    >>> def row(s, pace): return {"r": Evaluation("r", "c", Status.OK, speedup=s, extra={"host_pace_ms": pace})}
+    >>> by_pace([row(2.0, 0.10), row(2.2, 0.11)])["same_pace"]
+    {'rows': 1, 'median': 0.1, 'p95': 0.1}
+    """
+    groups: dict[str, list[float]] = {"same_pace": [], "other_pace": []}
+    for a, b in itertools.combinations(runs, 2):
+        for pid, row in a.items():
+            other = b.get(pid)
+            if row.status is not Status.OK or other is None or other.status is not Status.OK:
+                continue
+            paces = [r.extra.get("host_pace_ms") if isinstance(r.extra, dict) else None for r in (row, other)]
+            if not all(paces):
+                continue
+            gap = abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
+            groups["same_pace" if max(paces) / min(paces) < same else "other_pace"].append(gap)  # type: ignore[type-var, operator]
+    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
+            for k, g in groups.items() if g}
+
+
+def _r(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson's r, None where either side does not vary."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    vx, vy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (vx * vy) ** 0.5 if vx > 0 and vy > 0 else None
+
+
+def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
+    """Within each evaluation that recorded its trials' pace readings (``trial_pace_ms`` beside
+    ``trial_ms``): how the reference's trial medians and the trials' speedups follow the host's pace (r).
+
+    >>> from cudal1.candidates import Evaluation
+    >>> e = Evaluation("r", "c", Status.OK, speedup=2.0, reference_ms=1.0,
+    ...                extra={"trial_ms": [[1.0, 0.5], [2.0, 0.5], [1.1, 0.5]], "trial_pace_ms": [0.1, 0.2, 0.11]})
+    >>> pace_follow({"r": e})[0]["reference_r"]
+    1.0
+    """
+    out = []
+    for pid, row in run.items():
+        extra = row.extra if isinstance(row.extra, dict) else {}
+        trials, paces = extra.get("trial_ms"), extra.get("trial_pace_ms")
+        if row.status is not Status.OK or not trials or not paces or len(trials) != len(paces):
+            continue
+        ref_r = _r(paces, [t[0] for t in trials])
+        ratio_r = _r(paces, [t[0] / t[1] for t in trials])
+        out.append({"problem_id": pid, "reference_ms": round(row.reference_ms or 0.0, 4), "pace_ms": [min(paces), max(paces)],
+                    "reference_r": None if ref_r is None else round(ref_r, 2),
+                    "speedup_r": None if ratio_r is None else round(ratio_r, 2)})
+    return out
+
+
 def _spread(rows: list[Evaluation], key: str) -> float:
     values = [getattr(r, key) for r in rows]
     return round(max(values) / min(values) - 1, 4)
@@ -84,10 +141,19 @@ def main() -> None:
     if len(args.runs) < 2:
         ap.error("give two runs or more of the same rows")
     runs = [load(r) for r in args.runs]
-    report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "moved": moved(runs, args.moved)}
+    report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
+              "pace_follow": pace_follow(runs[0]), "moved": moved(runs, args.moved)}
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
         print(f"reference {lo:g}-{hi:g} ms: {band['rows']:3d} rows, median {band['median']:.2%}, p95 {band['p95']:.2%}")
+    for group, g in report["by_pace"].items():
+        label = "host pace alike (within 15%)" if group == "same_pace" else "host pace apart"
+        print(f"{label}: {g['rows']:3d} rows, "
+              f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    follow = [f["reference_r"] for f in report["pace_follow"] if f["reference_r"] is not None]
+    if follow:
+        print(f"first run, {len(follow)} rows with trial pace readings: the reference's trials follow the pace at "
+              f"median r = {statistics.median(follow):.2f} ({sum(r >= 0.5 for r in follow)} rows at r >= 0.5)")
     for m in report["moved"]:
         print(f"{m['problem_id']:7s} speedups {m['speedups']}  reference moved {m['reference_spread']:.1%}, "
               f"candidate {m['candidate_spread']:.1%}")
