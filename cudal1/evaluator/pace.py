@@ -1,19 +1,19 @@
 """The host CPU's own pace, read by the reference's timed worker around each timed batch.
 
-On cloud GPU hosts the host CPU's speed changes in spells of seconds: a fixed piece of pure Python work
-on the timed core took 1.0-1.1 ms in some spells and 1.6-2.0 ms in others, with no steal time counted
-by the kernel, and the eager calls of launch-bound references followed it (round medians r = 0.72-0.98)
-while their CUDA-graph replays did not (docs/gpu-runs.md#2026-11-27-graph-levels,
-#2026-11-27-host-pace). A program that is launch-bound is timed at the host's pace of the moment, so
-two evaluations of one row taken in different spells disagree for a reason neither program controls.
+On cloud GPU hosts the host CPU's speed changes in spells: a fixed piece of pure Python work on the timed
+core took 1.0-1.2 ms in some spells and 1.6-2.1 ms in others, with no steal time counted by the kernel,
+and the eager calls of launch-bound references followed it (round medians up to r = 0.98) while their
+CUDA-graph replays did not (docs/gpu-runs.md#2026-11-27-graph-levels, #2026-11-27-host-pace).
 
 Each evaluation records the pace its reference was timed at (``host_pace_ms``) and each used trial's
-reading (``trial_pace_ms``), so anyone can see whether two evaluations of a row, or two trials of one, were
-taken at different host speeds. Over the whole H100 release the pace did not explain the two runs'
+reading (``trial_pace_ms``), so anyone can see whether two evaluations of a row, or two trials of one,
+were taken at different host speeds. Over the whole H100 release the pace did not explain the two runs'
 disagreement: rows read at the same pace in both runs (within 15%) agreed no better than the others
-(docs/gpu-runs.md#2026-11-27-host-pace), and setting aside trials read at a slow pace brought two runs of
-32 rows no closer (#2026-11-27-pace-sample), so no figure is flagged or set aside by it. Only the reference's worker is read: it runs trusted problem code, and a candidate that
-slows it from its own core (a thread left spinning) is caught as contention (contention.py).
+(#2026-11-27-host-pace), and setting aside trials read at a slow pace brought two runs of 32 rows no
+closer (#2026-11-27-pace-sample), so no figure is flagged or set aside by it.
+
+Only the reference's worker is read: it runs trusted problem code, and a candidate that slows it from
+its own core (a thread left spinning) is caught as contention (contention.py).
 """
 
 from __future__ import annotations

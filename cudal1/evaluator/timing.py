@@ -21,7 +21,7 @@ class TrialPair:
     candidate_ms: list[float]
     reference_wall_s: float
     candidate_wall_s: float
-    # Seconds each timed thread waited for a core held by another process (contention.py; 0 on CUDA)
+    # Seconds each timed thread waited for its core while another process held it (contention.py)
     reference_wait_s: float = 0.0
     candidate_wait_s: float = 0.0
     # The host CPU's pace around the reference's batch (pace.py: ms of a fixed probe; 0 where not read)

@@ -66,19 +66,18 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
     # program of the pair working while this one is timed: a candidate's thread left spinning slows the
     # reference, and its pace reading (pace.py) with it.
-    watch = sample
 
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         run.reference.warm(warm_seed)
-        before = watch(run.reference.worker.pid)
+        before = sample(run.reference.worker.pid)
         reply, wall, spots = run.reference.time(msg)
-        return reply, wall, spots, external_wait_s(before, watch(run.reference.worker.pid))
+        return reply, wall, spots, external_wait_s(before, sample(run.reference.worker.pid))
 
     def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         warm_candidate(run, warm_seed)
-        before = watch(run.worker.pid)
+        before = sample(run.worker.pid)
         reply, wall, spots = time_candidate(run, msg)
-        return reply, wall, spots, external_wait_s(before, watch(run.worker.pid))
+        return reply, wall, spots, external_wait_s(before, sample(run.worker.pid))
 
     if reference_first:
         ref, ref_wall, ref_spots, ref_wait = reference_side()
