@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import deque
 from pathlib import Path
 
@@ -89,6 +90,26 @@ def _child_env(parent_run_id: str) -> dict[str, str]:
     return env
 
 
+def clear_corrupt_rwlock(root: Path, settle_s: float = 0.5) -> bool:
+    """Remove DVC's ``.dvc/tmp/rwlock`` when it is not JSON: a ``dvc repro`` stopped while writing it
+    (Ctrl-C, a killed worker) leaves it empty, and every later ``dvc repro`` then fails with
+    RWLockFileCorruptedError until someone deletes it by hand (treeverse/dvc#7615). It is read twice,
+    ``settle_s`` apart, so a write in progress by a running DVC is left alone. True where it was removed.
+    """
+    path = root / ".dvc" / "tmp" / "rwlock"
+    for attempt in range(2):
+        try:
+            json.loads(path.read_text())
+            return False  # readable JSON (an empty object once DVC is idle): DVC's own to manage
+        except FileNotFoundError:
+            return False
+        except (ValueError, OSError):
+            if attempt == 0:
+                time.sleep(settle_s)
+    path.unlink(missing_ok=True)
+    return True
+
+
 # A line the stage's own Prefect logger printed: that flow run already sent it to the API.
 _PREFECT_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| ")
 
@@ -99,6 +120,8 @@ def dvc_repro_task(root: str, targets: list[str], force: bool, env: dict[str, st
     CI) the output is passed through and DVC's own lines also go to this flow's log (the stages' log
     lines reach the API from their own flow runs). No retries: a failed stage fails the same way again."""
     logger = get_run_logger()
+    if clear_corrupt_rwlock(Path(root)):
+        logger.warning(".dvc/tmp/rwlock was not readable (a dvc repro stopped while writing it): removed")
     cmd = [sys.executable, "-m", "dvc", "repro", *targets, *(["--force"] if force else [])]
     logger.info("$ " + " ".join(cmd[2:]))
     if sys.stdout.isatty():
