@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.graph_levels import levels  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 
 BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
@@ -113,6 +114,35 @@ def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
     return out
 
 
+def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str, Any]:
+    """Pooled pairwise agreement of the rows whose trials fall in two levels (``graph_levels.levels``:
+    trial medians that split by more than ``gap``) in either run of a pair, by which program's trials
+    split, against the rows whose trials hold one level in both: is the disagreement levels mixing within
+    an evaluation, or a whole evaluation at another level?
+
+    >>> from cudal1.candidates import Evaluation
+    >>> def run(s, ref): return {"r": Evaluation("r", "c", Status.OK, speedup=s, extra={"trial_ms": [[x, 1.0] for x in ref]})}
+    >>> by_levels([run(2.0, [2.0, 2.0, 2.1, 2.0]), run(3.0, [3.0, 3.0, 3.0, 3.1])])
+    {'neither': {'rows': 1, 'median': 0.5, 'p95': 0.5}}
+    >>> list(by_levels([run(2.0, [2.0, 2.0, 3.0, 3.0]), run(2.5, [2.0, 3.0, 2.0, 3.0])]))
+    ['reference']
+    """
+    groups: dict[str, list[float]] = {"neither": [], "reference": [], "candidate": [], "both": []}
+    for a, b in itertools.combinations(runs, 2):
+        for pid, row in a.items():
+            other = b.get(pid)
+            if row.status is not Status.OK or other is None or other.status is not Status.OK:
+                continue
+            trials = [r.extra.get("trial_ms") if isinstance(r.extra, dict) else None for r in (row, other)]
+            if not all(trials):
+                continue
+            split = [any(levels([t[side] for t in ts], gap=gap)["split"] for ts in trials) for side in (0, 1)]  # type: ignore[union-attr]
+            key = "both" if all(split) else "reference" if split[0] else "candidate" if split[1] else "neither"
+            groups[key].append(abs(other.speedup - row.speedup) / row.speedup)  # type: ignore[operator]
+    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
+            for k, g in groups.items() if g}
+
+
 def _spread(rows: list[Evaluation], key: str) -> float:
     values = [getattr(r, key) for r in rows]
     return round(max(values) / min(values) - 1, 4)
@@ -142,6 +172,7 @@ def main() -> None:
         ap.error("give two runs or more of the same rows")
     runs = [load(r) for r in args.runs]
     report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
+              "by_levels": by_levels(runs),
               "pace_follow": pace_follow(runs[0]), "moved": moved(runs, args.moved)}
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
@@ -150,6 +181,8 @@ def main() -> None:
         label = "host pace alike (within 15%)" if group == "same_pace" else "host pace apart"
         print(f"{label}: {g['rows']:3d} rows, "
               f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    for group, g in report["by_levels"].items():
+        print(f"trials in two levels, {group}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")
     follow = [f["reference_r"] for f in report["pace_follow"] if f["reference_r"] is not None]
     if follow:
         print(f"first run, {len(follow)} rows with trial pace readings: the reference's trials follow the pace at "
