@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.graph_levels import levels  # noqa: E402
+from benchmarks.graph_levels import correlation, levels  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 
 BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
@@ -83,13 +83,6 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
             for k, g in groups.items() if g}
 
 
-def _r(xs: list[float], ys: list[float]) -> float | None:
-    """Pearson's r, None where either side does not vary."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    vx, vy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (vx * vy) ** 0.5 if vx > 0 and vy > 0 else None
-
-
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
     """Within each evaluation that recorded its trials' pace readings (``trial_pace_ms`` beside
     ``trial_ms``): how the reference's trial medians and the trials' speedups follow the host's pace (r).
@@ -106,8 +99,8 @@ def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
         trials, paces = extra.get("trial_ms"), extra.get("trial_pace_ms")
         if row.status is not Status.OK or not trials or not paces or len(trials) != len(paces):
             continue
-        ref_r = _r(paces, [t[0] for t in trials])
-        ratio_r = _r(paces, [t[0] / t[1] for t in trials])
+        ref_r = correlation(paces, [t[0] for t in trials])
+        ratio_r = correlation(paces, [t[0] / t[1] for t in trials])
         out.append({"problem_id": pid, "reference_ms": round(row.reference_ms or 0.0, 4), "pace_ms": [min(paces), max(paces)],
                     "reference_r": None if ref_r is None else round(ref_r, 2),
                     "speedup_r": None if ratio_r is None else round(ratio_r, 2)})

@@ -171,6 +171,46 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: i
     return out
 
 
+def lag1(xs: list[float]) -> float | None:
+    """Correlation of a series with itself one step later: near 1 where a level lasts many steps.
+
+    >>> lag1([1.0, 1.0, 1.0, 2.0, 2.0, 2.0]), lag1([1.0, 1.0])
+    (0.667, None)
+    """
+    return correlation(xs[:-1], xs[1:]) if len(xs) > 2 else None
+
+
+def timeline(models: dict[str, tuple[torch.nn.Module, list[Any]]], rounds: int, calls: int, gap_s: float,
+             cuda: bool) -> dict[str, Any]:
+    """Every row's eager calls in each round, the rows one after another, ``gap_s`` of sleep between
+    rounds: how long a reference's level lasts (its round medians' lag-1 correlation) against the gap,
+    and whether the rows move together (the host or device) or each alone (the row's own state)."""
+    sync = torch._C._cuda_synchronize if cuda else (lambda: None)
+    series: dict[str, list[float]] = {pid: [] for pid in models}
+    probes: list[float] = []
+    stamps: list[float] = []
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for model, inputs in models.values():
+            for _ in range(5):
+                model(*inputs)
+        for _ in range(rounds):
+            stamps.append(round(time.perf_counter() - t0, 3))
+            probes.append(round(statistics.median(cpu_probe(3000) for _ in range(5)), 4))
+            for pid, (model, inputs) in models.items():
+                ms = timed_calls(lambda m=model, i=inputs: m(*i), calls, sync)
+                series[pid].append(round(statistics.median(ms), 4))
+            time.sleep(gap_s)
+    medians = {pid: statistics.median(xs) for pid, xs in series.items()}
+    # each round's rows relative to their own medians: do the rows move together?
+    together = [statistics.median(series[p][r] / medians[p] for p in series) for r in range(rounds)]
+    return {"gap_s": gap_s, "t_s": stamps, "probe_ms": probes, "round_medians": series,
+            "rows": {pid: {"levels": levels(xs), "lag1": None if (r := lag1(xs)) is None else round(r, 2),
+                           "follows_rows_r": None if (c := correlation(xs, together)) is None else round(c, 2),
+                           "follows_probe_r": None if (q := correlation(xs, probes)) is None else round(q, 2)}
+                     for pid, xs in series.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--release", required=True, type=Path)
@@ -180,6 +220,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=12, help="calls of each kind per round")
     ap.add_argument("--probe", action="store_true", help="time a fixed piece of CPU work after each call: does the "
                     "host's own speed move with the calls?")
+    ap.add_argument("--gap-s", type=float, default=None, help="time the rows in turn, round after round, with this "
+                    "much sleep between rounds (eager calls only): how long a reference's level lasts")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -195,6 +237,14 @@ def main() -> None:
         raise SystemExit(f"graph_levels.py: rows not in {args.release}: {', '.join(unknown)}")
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
                               "rounds": args.rounds, "calls": args.calls, "rows": {}}
+    if args.gap_s is not None:
+        models = {pid: load(rows[pid].source, device) for pid in args.rows.split(",")}
+        result["timeline"] = timeline(models, args.rounds, args.calls, args.gap_s, cuda)
+        for pid, row in result["timeline"]["rows"].items():
+            print(pid, json.dumps(row), flush=True)
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=1))
+        return
     for pid in args.rows.split(","):
         model, inputs = load(rows[pid].source, device)
         row = measure_row(model, inputs, args.rounds, args.calls, cuda, args.probe)

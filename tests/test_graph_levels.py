@@ -38,3 +38,13 @@ def test_steal_ticks_reads_the_cores_named_and_none_for_a_core_that_is_not_there
     here = steal_ticks({0})
     assert here is None or here >= 0
     assert steal_ticks({10_000}) is None
+
+
+def test_the_timeline_times_every_row_each_round_and_says_whether_they_move_together() -> None:
+    models = {name: (torch.nn.Linear(n, n).eval(), [torch.randn(4, n)]) for name, n in (("a", 8), ("b", 64))}
+    out = load_script("graph_levels").timeline(models, rounds=4, calls=3, gap_s=0.0, cuda=False)
+    assert len(out["t_s"]) == len(out["probe_ms"]) == 4 and out["t_s"] == sorted(out["t_s"])
+    assert set(out["round_medians"]) == {"a", "b"} and all(len(xs) == 4 and min(xs) > 0 for xs in out["round_medians"].values())
+    for row in out["rows"].values():
+        assert set(row) == {"levels", "lag1", "follows_rows_r", "follows_probe_r"}
+        assert row["lag1"] is None or -1 <= row["lag1"] <= 1
