@@ -20,6 +20,7 @@ import itertools
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +42,33 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
-def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
-    """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
-    bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
+def _ok_pairs(runs: list[dict[str, Evaluation]]) -> Iterator[tuple[Evaluation, Evaluation, float]]:
+    """Every row ok in both runs of every pair of runs: the first run's row, the second's, and
+    |delta speedup| / speedup."""
     for a, b in itertools.combinations(runs, 2):
         for pid, row in a.items():
             other = b.get(pid)
-            if row.status is not Status.OK or other is None or other.status is not Status.OK:
-                continue
-            gap = abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
-            for lo, hi in bands:
-                if lo <= row.reference_ms < hi:  # type: ignore[operator]
-                    bands[(lo, hi)].append(gap)
+            if row.status is Status.OK and other is not None and other.status is Status.OK:
+                yield row, other, abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
+
+
+def _summary(groups: dict[str, list[float]]) -> dict[str, Any]:
+    """Rows, median and 95th percentile of each non-empty group of gaps."""
+    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
+            for k, g in groups.items() if g}
+
+
+def _extra(row: Evaluation, key: str) -> Any:
+    return row.extra.get(key) if isinstance(row.extra, dict) else None
+
+
+def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
+    """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
+    bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
+    for row, _, gap in _ok_pairs(runs):
+        for lo, hi in bands:
+            if lo <= row.reference_ms < hi:  # type: ignore[operator]
+                bands[(lo, hi)].append(gap)
     pairs = max(1, len(runs) * (len(runs) - 1) // 2)
     return [{"reference_ms": [lo, hi], "rows": len(g) // pairs, "median": round(statistics.median(g), 4),
              "p95": round(_p95(g), 4)} for (lo, hi), g in bands.items() if g]
@@ -69,18 +85,11 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
     {'rows': 1, 'median': 0.1, 'p95': 0.1}
     """
     groups: dict[str, list[float]] = {"same_pace": [], "other_pace": []}
-    for a, b in itertools.combinations(runs, 2):
-        for pid, row in a.items():
-            other = b.get(pid)
-            if row.status is not Status.OK or other is None or other.status is not Status.OK:
-                continue
-            paces = [r.extra.get("host_pace_ms") if isinstance(r.extra, dict) else None for r in (row, other)]
-            if not all(paces):
-                continue
-            gap = abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
-            groups["same_pace" if max(paces) / min(paces) < same else "other_pace"].append(gap)  # type: ignore[type-var, operator]
-    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
-            for k, g in groups.items() if g}
+    for row, other, gap in _ok_pairs(runs):
+        paces = [_extra(r, "host_pace_ms") for r in (row, other)]
+        if all(paces):
+            groups["same_pace" if max(paces) / min(paces) < same else "other_pace"].append(gap)
+    return _summary(groups)
 
 
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
@@ -95,15 +104,12 @@ def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
     """
     out = []
     for pid, row in run.items():
-        extra = row.extra if isinstance(row.extra, dict) else {}
-        trials, paces = extra.get("trial_ms"), extra.get("trial_pace_ms")
+        trials, paces = _extra(row, "trial_ms"), _extra(row, "trial_pace_ms")
         if row.status is not Status.OK or not trials or not paces or len(trials) != len(paces):
             continue
-        ref_r = correlation(paces, [t[0] for t in trials])
-        ratio_r = correlation(paces, [t[0] / t[1] for t in trials])
         out.append({"problem_id": pid, "reference_ms": round(row.reference_ms or 0.0, 4), "pace_ms": [min(paces), max(paces)],
-                    "reference_r": None if ref_r is None else round(ref_r, 2),
-                    "speedup_r": None if ratio_r is None else round(ratio_r, 2)})
+                    "reference_r": correlation(paces, [t[0] for t in trials], digits=2),
+                    "speedup_r": correlation(paces, [t[0] / t[1] for t in trials], digits=2)})
     return out
 
 
@@ -121,19 +127,14 @@ def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str,
     ['reference']
     """
     groups: dict[str, list[float]] = {"neither": [], "reference": [], "candidate": [], "both": []}
-    for a, b in itertools.combinations(runs, 2):
-        for pid, row in a.items():
-            other = b.get(pid)
-            if row.status is not Status.OK or other is None or other.status is not Status.OK:
-                continue
-            trials = [r.extra.get("trial_ms") if isinstance(r.extra, dict) else None for r in (row, other)]
-            if not all(trials):
-                continue
-            split = [any(levels([t[side] for t in ts], gap=gap)["split"] for ts in trials) for side in (0, 1)]  # type: ignore[union-attr]
-            key = "both" if all(split) else "reference" if split[0] else "candidate" if split[1] else "neither"
-            groups[key].append(abs(other.speedup - row.speedup) / row.speedup)  # type: ignore[operator]
-    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
-            for k, g in groups.items() if g}
+    for row, other, moved_by in _ok_pairs(runs):
+        trials = [_extra(r, "trial_ms") for r in (row, other)]
+        if not all(trials):
+            continue
+        split = [any(levels([t[side] for t in ts], gap=gap)["split"] for ts in trials) for side in (0, 1)]
+        key = "both" if all(split) else "reference" if split[0] else "candidate" if split[1] else "neither"
+        groups[key].append(moved_by)
+    return _summary(groups)
 
 
 def _spread(rows: list[Evaluation], key: str) -> float:

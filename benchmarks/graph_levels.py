@@ -101,8 +101,8 @@ class Steal:
             self.share = round((end - self.start) / self.tick / wall / len(self.cores), 4)
 
 
-def correlation(xs: list[float], ys: list[float]) -> float | None:
-    """Pearson's r of two equally long series (None when either is constant).
+def correlation(xs: list[float], ys: list[float], digits: int = 3) -> float | None:
+    """Pearson's r of two equally long series to ``digits`` (None when either is constant).
 
     >>> correlation([1.0, 2.0, 3.0], [2.0, 4.0, 6.5])
     0.998
@@ -110,7 +110,7 @@ def correlation(xs: list[float], ys: list[float]) -> float | None:
     True
     """
     try:
-        return round(statistics.correlation(xs, ys), 3)
+        return round(statistics.correlation(xs, ys), digits)
     except statistics.StatisticsError:
         return None
 
@@ -171,13 +171,13 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], rounds: int, calls: i
     return out
 
 
-def lag1(xs: list[float]) -> float | None:
+def lag1(xs: list[float], digits: int = 3) -> float | None:
     """Correlation of a series with itself one step later: near 1 where a level lasts many steps.
 
     >>> lag1([1.0, 1.0, 1.0, 2.0, 2.0, 2.0]), lag1([1.0, 1.0])
     (0.667, None)
     """
-    return correlation(xs[:-1], xs[1:]) if len(xs) > 2 else None
+    return correlation(xs[:-1], xs[1:], digits) if len(xs) > 2 else None
 
 
 def timeline(models: dict[str, tuple[torch.nn.Module, list[Any]]], rounds: int, calls: int, gap_s: float,
@@ -205,10 +205,8 @@ def timeline(models: dict[str, tuple[torch.nn.Module, list[Any]]], rounds: int, 
     # each round's rows relative to their own medians: do the rows move together?
     together = [statistics.median(series[p][r] / medians[p] for p in series) for r in range(rounds)]
     return {"gap_s": gap_s, "t_s": stamps, "probe_ms": probes, "round_medians": series,
-            "rows": {pid: {"levels": levels(xs), "lag1": None if (r := lag1(xs)) is None else round(r, 2),
-                           "follows_rows_r": None if (c := correlation(xs, together)) is None else round(c, 2),
-                           "follows_probe_r": None if (q := correlation(xs, probes)) is None else round(q, 2)}
-                     for pid, xs in series.items()}}
+            "rows": {pid: {"levels": levels(xs), "lag1": lag1(xs, 2), "follows_rows_r": correlation(xs, together, 2),
+                           "follows_probe_r": correlation(xs, probes, 2)} for pid, xs in series.items()}}
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.core_noise import timed_calls  # noqa: E402  sync, host clock, step, sync
 from cudal1.evaluator.config import EvalConfig  # noqa: E402
 from cudal1.evaluator.core import calls_per_trial  # noqa: E402
 from cudal1.evaluator.probes import Fingerprints, fingerprint, flatten  # noqa: E402
@@ -40,14 +41,7 @@ from cudal1.problems import Problem, load_cudal1_release, load_problems  # noqa:
 
 
 def _median_ms(step: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(timed_calls(step, repeats, sync))
 
 
 def _load(problem: Problem, device: torch.device, device_draws: bool = EvalConfig.device_draws) -> Worker:
