@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,9 @@ HONEST = 1.5
 # When the evaluator itself flags a measurement "noisy", an honest candidate may land further from 1: the
 # bound widens to NOISY_HONEST (fake speed-ups of the attacks here are 10x and more).
 NOISY_HONEST = 3.0
+# How long the control test waits, in all, for an evaluation of the reference against itself that no other
+# process contended (a contended one is no evidence of a bias).
+CONTROL_PATIENCE_S = 150.0
 HANG = {"run_timeout_s": 5.0}
 
 CASES: list[Case] = [
@@ -315,14 +319,24 @@ def test_reference_as_its_own_candidate_is_not_faster(stem: str, config: EvalCon
 
     def control() -> Evaluation:
         # A measurement the evaluator flags "contended" (another process held the timed core) is not
-        # evidence of a bias; up to two more are taken for one that is not (tests/test_contention.py).
-        for _ in range(3):
+        # evidence of a bias (tests/test_contention.py): more are taken, with a growing pause, until one is
+        # not. CI once read matmul 0.27x three times in a row, each flagged contended, while the other test
+        # workers trained models on both cores; a burst like that passes within a minute or two.
+        seen: list[Evaluation] = []
+        deadline = time.monotonic() + CONTROL_PATIENCE_S
+        pause = 1.0
+        while True:
             evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"),
                                             config, reference=reference_sessions(stem))
+            assert evaluation.status is Status.OK, describe(evaluation)
             if "contended" not in evaluation.flags:
-                break
-        assert evaluation.status is Status.OK, describe(evaluation)
-        return evaluation
+                return evaluation
+            seen.append(evaluation)
+            assert time.monotonic() + pause < deadline, (
+                f"every one of {len(seen)} evaluations over {CONTROL_PATIENCE_S:.0f} s was contended, so none "
+                "can show a bias: " + "; ".join(describe(e) for e in seen))
+            time.sleep(pause)
+            pause = min(pause * 2, 16.0)
 
     def honest(evaluation: Evaluation) -> bool:
         bound = NOISY_HONEST if "noisy" in evaluation.flags else HONEST
