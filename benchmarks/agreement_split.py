@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 from collections.abc import Iterator
@@ -137,6 +138,71 @@ def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str,
     return _summary(groups)
 
 
+def _robust_sd(xs: list[float]) -> float:
+    """1.4826 x the median absolute deviation (a normal's sd), of logs where the values are times."""
+    mid = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - mid) for x in xs)
+
+
+def noise_budget(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
+    """Where the disagreement sits, from the rows ok in both runs of each pair: within an evaluation (each
+    trial's ratio, reference and candidate spread, robust sd of logs, and how the two programs' trial
+    medians move together), against what the evaluations' own intervals foretell (|log ratio| over the two
+    intervals' combined standard error: 0.67 at the median and 1.96 at the 95th percentile if the
+    intervals told the whole story), along each run's row order (lag-1 r of the rows' log ratios: rows
+    timed one after another that move together share a spell of the host), and against the host's pace.
+
+    >>> from cudal1.candidates import Evaluation
+    >>> def run(s, ref): return {f"r{i}": Evaluation(f"r{i}", "c", Status.OK, speedup=s * (1 + i / 100), reference_ms=1.0,
+    ...     candidate_ms=0.5, speedup_low=s * 0.98, speedup_high=s * 1.02,
+    ...     extra={"trial_ms": [[x, 0.5] for x in ref]}) for i in range(4)}
+    >>> b = noise_budget([run(2.0, [1.0, 1.1, 0.9, 1.0]), run(2.2, [1.0, 1.0, 1.0, 1.05])])
+    >>> b["beyond_intervals"]["median_z"], b["within"]["candidate_sd"]
+    (6.6, 0.0)
+    """
+
+    ratio_sd, ref_sd, cand_sd, together, zs = [], [], [], [], []
+    for row, other, _ in _ok_pairs(runs):
+        for r in (row, other):
+            trials = _extra(r, "trial_ms")
+            if trials and len(trials) >= 3:
+                a, b = [math.log(t[0]) for t in trials], [math.log(t[1]) for t in trials]
+                ratio_sd.append(_robust_sd([x - y for x, y in zip(a, b)]))
+                ref_sd.append(_robust_sd(a))
+                cand_sd.append(_robust_sd(b))
+                r_ab = correlation(a, b, digits=3)
+                if r_ab is not None:
+                    together.append(r_ab)
+        if all(r.speedup_low and r.speedup_high for r in (row, other)):
+            se = math.hypot(*((math.log(r.speedup_high) - math.log(r.speedup_low)) / 3.92 for r in (row, other)))  # type: ignore[arg-type]
+            if se > 0:
+                zs.append(abs(math.log(other.speedup / row.speedup)) / se)  # type: ignore[operator]
+    out: dict[str, Any] = {}
+    if ratio_sd:
+        out["within"] = {"evaluations": len(ratio_sd), "trial_ratio_sd": round(statistics.median(ratio_sd), 4),
+                         "reference_sd": round(statistics.median(ref_sd), 4), "candidate_sd": round(statistics.median(cand_sd), 4),
+                         "reference_candidate_r": round(statistics.median(together), 2) if together else None}
+    if zs:
+        out["beyond_intervals"] = {"rows": len(zs), "median_z": round(statistics.median(zs), 2), "p95_z": round(_p95(zs), 2)}
+    order_r, pace_r = [], {}
+    for first, second in itertools.combinations(runs, 2):
+        shared = [p for p in first if first[p].status is Status.OK and p in second and second[p].status is Status.OK]
+        logs = {p: math.log(second[p].speedup / first[p].speedup) for p in shared}  # type: ignore[operator]
+        for run in (first, second):
+            seq = [logs[p] for p in run if p in logs]
+            if len(seq) > 2:
+                order_r.append(correlation(seq[:-1], seq[1:], digits=2))
+        paced = [p for p in shared if _extra(first[p], "host_pace_ms") and _extra(second[p], "host_pace_ms")]
+        if len(paced) > 2:
+            dpace = [math.log(_extra(second[p], "host_pace_ms") / _extra(first[p], "host_pace_ms")) for p in paced]
+            for key, attr in (("reference", "reference_ms"), ("candidate", "candidate_ms"), ("speedup", "speedup")):
+                moved_by = [math.log(getattr(second[p], attr) / getattr(first[p], attr)) for p in paced]
+                pace_r.setdefault(key, []).append(correlation(dpace, moved_by, digits=2))
+    out["order_lag1_r"] = order_r
+    out["pace_r"] = pace_r
+    return out
+
+
 def _spread(rows: list[Evaluation], key: str) -> float:
     values = [getattr(r, key) for r in rows]
     return round(max(values) / min(values) - 1, 4)
@@ -166,7 +232,7 @@ def main() -> None:
         ap.error("give two runs or more of the same rows")
     runs = [load(r) for r in args.runs]
     report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
-              "by_levels": by_levels(runs),
+              "by_levels": by_levels(runs), "noise_budget": noise_budget(runs),
               "pace_follow": pace_follow(runs[0]), "moved": moved(runs, args.moved)}
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
@@ -177,6 +243,18 @@ def main() -> None:
               f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
     for group, g in report["by_levels"].items():
         print(f"trials in two levels, {group}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    budget = report["noise_budget"]
+    if "within" in budget:
+        w = budget["within"]
+        print(f"within an evaluation ({w['evaluations']}): a trial's ratio spreads {w['trial_ratio_sd']:.2%} (robust sd), "
+              f"the reference's {w['reference_sd']:.2%}, the candidate's {w['candidate_sd']:.2%}; the two move "
+              f"together at median r = {w['reference_candidate_r']}")
+    if "beyond_intervals" in budget:
+        z = budget["beyond_intervals"]
+        print(f"two runs' gap over their intervals' standard error: median {z['median_z']}, p95 {z['p95_z']} "
+              "(0.67 and 1.96 if the intervals told the whole story)")
+    print(f"rows timed one after another move together: lag-1 r {budget['order_lag1_r']}; "
+          f"with the host's pace: {budget['pace_r']}")
     follow = [f["reference_r"] for f in report["pace_follow"] if f["reference_r"] is not None]
     if follow:
         print(f"first run, {len(follow)} rows with trial pace readings: the reference's trials follow the pace at "
