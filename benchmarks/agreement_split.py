@@ -6,7 +6,9 @@ row that moved, which program's own time moved. Runs anywhere, no GPU, on releas
 
 For every pair of runs, over the rows ok in both: |delta speedup| / speedup, pooled over the pairs and
 split by the reference's time in the first run of each pair (median and 95th percentile per band), and
-by whether the two evaluations read the host's pace alike (``by_pace``). Then each row ok in every
+by whether the two evaluations read the host's pace alike (``by_pace``), and a noise budget (``noise_budget``:
+each trial's own spread, the gap against the intervals, whether rows timed one after another move
+together). Then each row ok in every
 run whose speedups spread by more than ``--moved`` (max / min - 1): its speedups, and the spread of the
 reference's and the candidate's own times. A row whose reference moved and whose candidate held follows
 the host's pace through its reference (a recurrent network's thousands of launches); one whose candidate
