@@ -70,3 +70,34 @@ def test_a_busy_neighbour_on_the_timed_core_is_caught(monkeypatch: pytest.Monkey
     trace = evaluation.extra["trace"]
     waited = [max(t["ref_wait_ms"] / t["ref_wall_s"], t["cand_wait_ms"] / t["cand_wall_s"]) > 100 for t in trace]
     assert len(trace) == 6 and sum(waited) >= 4, trace  # over 10% of a batch (ms over s: 100)
+    # A neighbour that is not the candidate's is load, not an attack: the candidate's process stayed idle
+    # while the reference was timed, so nothing is rejected for it.
+    assert evaluation.extra["candidate_idle_cpu_ms"] < 0.25 * 10, evaluation.extra
+
+
+def test_process_cpu_counts_every_thread_of_the_process_and_nothing_unknown() -> None:
+    from cudal1.evaluator.contention import ThreadTimes, process_cpu_s
+
+    before = ThreadTimes(7, {7: (1_000_000, 0), 8: (0, 0)})
+    assert process_cpu_s(before, ThreadTimes(7, {7: (2_000_000, 5), 8: (4_000_000, 0), 9: (1_000_000, 0)})) == 0.006
+    assert process_cpu_s(before, None) == 0.0 and process_cpu_s(before, ThreadTimes(8, {8: (9, 9)})) == 0.0
+
+
+@needs_proc
+def test_a_candidate_that_spins_while_the_reference_is_timed_is_rejected() -> None:
+    """A candidate whose hidden thread (``_thread``, which ``threading`` does not count) spins whenever the
+    candidate is not being called takes the core it shares with the reference while the reference is
+    timed. Without the static layer, which rejects its ``vars()``, the parent sees the candidate's process
+    on the CPU during the reference's batches and rejects it; an honest candidate's process stays idle."""
+    problem = Problem("spin-diag", 1, "diag_matmul", (FIXTURES / "problems" / "diag_matmul.py").read_text(),
+                      suite="adversarial")
+    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, target_trial_ms=10, run_timeout_s=20,
+                        memory_limit_mb=4096, static_checks=False)
+    source = (FIXTURES / "hacks" / "reference_sabotage_spin_hidden.py").read_text()
+    evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="fixture"), config)
+    assert evaluation.status is Status.REJECTED, (evaluation.status, evaluation.reason, evaluation.flags)
+    assert "kept running on the CPU while the reference was timed" in evaluation.reason
+    honest = problem.source.replace("class Model(", "class ModelNew(")
+    control = evaluate_candidate(problem, Candidate(problem.problem_id, honest, origin="control"), config)
+    assert control.status is Status.OK, control.reason
+    assert control.extra["candidate_idle_cpu_ms"] < 2.5, control.extra  # a quarter of a 10 ms batch

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 # another process is set aside and timed again. A per-call median shrugs off one preempted call, not
 # the slices of a process that shares the core for the whole batch.
 CONTENDED_SHARE = 0.10
+# The candidate's process is idle while the reference is timed: its worker waits for the next command. A
+# share of the reference's batch this large, spent on the CPU by any of the candidate's threads then, in
+# IDLE_WORK_TRIALS trials of an evaluation, is a thread it left running to slow the reference on the core
+# both share, and the candidate is rejected (trials.py).
+IDLE_WORK_SHARE = 0.25
+IDLE_WORK_TRIALS = 2
 
 
 @dataclass(frozen=True)
@@ -65,3 +71,17 @@ def external_wait_s(before: ThreadTimes | None, after: ThreadTimes | None) -> fl
     own = sum(cpu - before.threads.get(tid, (0, 0))[0]
               for tid, (cpu, _) in after.threads.items() if tid != after.main)
     return max(0.0, (main_wait - max(own, 0)) / 1e9)
+
+
+def process_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> float:
+    """Seconds of CPU every thread of a process used between two samples (threads started in between
+    count from zero; one that ended in between is missed). 0.0 when unknown.
+
+    >>> a = ThreadTimes(1, {1: (0, 0), 2: (1_000_000, 0)})
+    >>> process_cpu_s(a, ThreadTimes(1, {1: (500_000, 9), 2: (3_000_000, 0), 3: (2_000_000, 0)}))
+    0.0045
+    """
+    if before is None or after is None or before.main != after.main:
+        return 0.0
+    used = sum(cpu - before.threads.get(tid, (0, 0))[0] for tid, (cpu, _) in after.threads.items())
+    return max(0, used) / 1e9

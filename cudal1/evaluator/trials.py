@@ -13,7 +13,7 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample
 from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
@@ -67,11 +67,16 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # program of the pair working while this one is timed: a candidate's thread left spinning slows the
     # reference, and its pace reading (pace.py) with it.
 
+    idle_cpu = 0.0  # the candidate's process's CPU while the reference's batch was timed
+
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
+        nonlocal idle_cpu
         run.reference.warm(warm_seed)
-        before = sample(run.reference.worker.pid)
+        before, cand_before = sample(run.reference.worker.pid), sample(run.worker.pid)
         reply, wall, spots = run.reference.time(msg)
-        return reply, wall, spots, external_wait_s(before, sample(run.reference.worker.pid))
+        after, cand_after = sample(run.reference.worker.pid), sample(run.worker.pid)
+        idle_cpu = process_cpu_s(cand_before, cand_after)
+        return reply, wall, spots, external_wait_s(before, after)
 
     def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         warm_candidate(run, warm_seed)
@@ -104,7 +109,24 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
         if not result.ok:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
-    return TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref))
+    pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), idle_cpu)
+    _check_idle(run, pair)
+    return pair
+
+
+def _check_idle(run: Run, pair: TrialPair) -> None:
+    """Reject a candidate whose process kept working on the CPU while the reference was timed, in
+    IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a thread it
+    left running (one ``threading`` does not count, or a native one) that takes the core both programs
+    share from the reference and makes it look slower. One such trial may be a stray wake-up; the trial
+    is then also set aside as contended, as the reference's wait for its core shows it."""
+    if not pair.candidate_worked:
+        return
+    run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.reference_wall_s, 1e-9))
+    if len(run.idle_work) >= IDLE_WORK_TRIALS:
+        raise Verdict(Status.REJECTED, f"the candidate's process kept running on the CPU while the reference was "
+                      f"timed ({max(run.idle_work):.0%} of the reference's batch at most, in {len(run.idle_work)} "
+                      "trials): a thread left running between calls slows the reference on the core both share")
 
 
 def _pace(reply: dict[str, Any]) -> float:
@@ -168,7 +190,9 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     # The timed batches' own share of the timing phase (the rest: warm-ups, messages, checks, spot copies)
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
-                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used)} | _host_pace(used)
+                             "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
+                             # the most CPU the candidate's process used while a reference batch was timed
+                             "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra

@@ -1,4 +1,4 @@
-"""CUDA-only reward hacks (catalogue #1, #4, #7, #8, #13, #17, #18) and legitimate CUDA candidates.
+"""CUDA-only reward hacks (catalogue #1, #4, #7, #8, #10, #13, #17, #18) and legitimate CUDA candidates.
 
 Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``. Needs only torch and the
 cudal1 core. Fixtures live in ``tests/gpu/fixtures`` (problems/ and candidates/).
@@ -33,6 +33,7 @@ REPO = TESTS.parent
 
 OK = frozenset({Status.OK})
 CAUGHT = frozenset({Status.REJECTED, Status.INCORRECT})
+REJECTED = frozenset({Status.REJECTED})
 HONEST_OR_REJECTED = frozenset({Status.OK, Status.REJECTED})
 HONEST = 1.5
 # When the evaluator itself flags a measurement "noisy", an honest candidate may land further from 1: the
@@ -71,6 +72,9 @@ GPU_CASES: list[GpuCase] = [
     GpuCase("event_patch_hidden", "gpu_matmul", "#4", HONEST_OR_REJECTED, dynamic=HONEST_OR_REJECTED,
             passes_naive=True, naive_min_speedup=5.0, max_speedup=HONEST),
     GpuCase("tf32_hidden", "gpu_matmul", "#18/#28", CAUGHT, dynamic=CAUGHT),
+    # a hidden thread that spins between the candidate's own calls takes the core the reference's host
+    # thread is timed on: the parent sees the candidate's process on the CPU during the reference's batches
+    GpuCase("reference_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=REJECTED),
     GpuCase("legit_fused_kernel", "gpu_fused_chain", "-", OK, min_speedup=1.5),
     GpuCase("legit_rowscale", "gpu_diag_matmul", "-", OK, min_speedup=2.0),
     GpuCase("legit_side_stream_joined", "gpu_matmul", "-", OK, max_speedup=HONEST),
