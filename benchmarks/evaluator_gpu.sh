@@ -19,6 +19,9 @@
 #            (each run by benchmarks/release_resume.sh; where one call cannot hold a run, call that
 #            script again with the same RUN to resume it)
 # learning   one RL epoch of benchmarks/learning_gpu.py -> $OUT/learning.json
+# noise      where a row's figure moves (docs/benchmarks/release-h100.md, "A trial's own noise"):
+#            hidden_siblings.py -> $OUT/siblings.json; interleave.py on NOISE_ROWS -> $OUT/interleave.json;
+#            graph_levels.py --gap-s 1 on the same rows -> $OUT/timeline.json (about 4 minutes in all)
 # warm-ahead benchmarks/warm_ahead.py: WARM_ROWS (two; six did not finish in 290 s) of the release with their
 #            baselines, the first call loaded ahead and not, alternating rounds -> $OUT/warm-ahead.json
 set -uo pipefail
@@ -87,6 +90,16 @@ for step in ${STEPS:-overhead}; do
       python3 benchmarks/warm_ahead.py --device cuda:0 --release "$RELEASE" --baselines --tolerance 1e-2 \
         --rows "${WARM_ROWS:-L1-19,L2-12}" --rounds "${ROUNDS:-2}" \
         --json "$OUT/warm-ahead.json" > "$OUT/warm-ahead.log" 2>&1; tail -n 6 "$OUT/warm-ahead.log" ;;
+    noise)
+      rows=${NOISE_ROWS:-L2-41,L2-70,L2-69,L1-64,L2-85,L2-99}
+      stamp "noise: siblings"
+      python3 benchmarks/hidden_siblings.py --json "$OUT/siblings.json" 2>&1 | tail -n 4
+      stamp "noise: interleave $rows"
+      python3 benchmarks/interleave.py --release "$RELEASE" --rows "$rows" --device cuda:0 \
+        --evaluations "${EVALUATIONS:-6}" --json "$OUT/interleave.json" 2>&1 | tail -n 8
+      stamp "noise: timeline $rows"
+      python3 benchmarks/graph_levels.py --release "$RELEASE" --rows "$rows" --device cuda:0 --rounds 60 \
+        --calls 40 --gap-s 1.0 --json "$OUT/timeline.json" 2>&1 | tail -n 8 ;;
     learning)
       stamp learning
       python3 benchmarks/learning_gpu.py --device cuda:0 --problems 6 --sft-epochs 20 --out /tmp/lgpu > "$OUT/learning.log" 2>&1
