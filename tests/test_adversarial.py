@@ -102,10 +102,10 @@ CASES: list[Case] = [
          passes_naive=True, max_speedup=HONEST),
     Case("hacks/reference_sabotage_sigstop.py", "diag_matmul", "#10", HONEST_OR_REJECTED,
          dynamic=HONEST_OR_REJECTED, max_speedup=HONEST, own_reference=True),
-    # A thread it leaves spinning between its own calls takes the shared core from the reference: the
-    # parent sees the candidate's process on the CPU while the reference is timed, and rejects it.
-    Case("hacks/reference_sabotage_spin_hidden.py", "diag_matmul", "#10", REJECTED, dynamic=REJECTED,
-         reason=("kept running on the CPU while the reference was timed", "vars()"), own_reference=True),
+    # A thread it leaves spinning between its own calls would take the shared core from the reference: the
+    # candidate is stopped while the reference is timed, and its CPU while idle rejects it (tests/test_contention.py)
+    Case("hacks/reference_sabotage_spin_hidden.py", "diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+         max_speedup=HONEST, reason=("kept running on the CPU while the reference was", "vars()"), own_reference=True),
     # --- semantic attacks ----------------------------------------------------------------------------
     Case("hacks/data_ptr_cache.py", "matmul", "#11", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_min_speedup=2.0),

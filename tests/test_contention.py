@@ -84,20 +84,45 @@ def test_process_cpu_counts_every_thread_of_the_process_and_nothing_unknown() ->
 
 
 @needs_proc
-def test_a_candidate_that_spins_while_the_reference_is_timed_is_rejected() -> None:
+@pytest.mark.parametrize("quiet", [False, True], ids=["running", "stopped"])
+def test_a_candidate_that_spins_while_the_reference_is_timed_is_rejected(quiet: bool) -> None:
     """A candidate whose hidden thread (``_thread``, which ``threading`` does not count) spins whenever the
-    candidate is not being called takes the core it shares with the reference while the reference is
-    timed. Without the static layer, which rejects its ``vars()``, the parent sees the candidate's process
-    on the CPU during the reference's batches and rejects it; an honest candidate's process stays idle."""
+    candidate is not being called would take the core it shares with the reference. Without the static
+    layer, which rejects its ``vars()``, the parent sees the candidate's process on the CPU while it is
+    idle and rejects it: over the reference's timed batch where the candidate is left running, over the
+    reference's warm-up where it is stopped for the batch (the default); an honest candidate's process
+    uses none."""
     problem = Problem("spin-diag", 1, "diag_matmul", (FIXTURES / "problems" / "diag_matmul.py").read_text(),
                       suite="adversarial")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, target_trial_ms=10, run_timeout_s=20,
-                        memory_limit_mb=4096, static_checks=False)
+                        memory_limit_mb=4096, static_checks=False, quiet_candidate=quiet)
     source = (FIXTURES / "hacks" / "reference_sabotage_spin_hidden.py").read_text()
     evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="fixture"), config)
     assert evaluation.status is Status.REJECTED, (evaluation.status, evaluation.reason, evaluation.flags)
-    assert "kept running on the CPU while the reference was timed" in evaluation.reason
+    assert "kept running on the CPU while the reference was" in evaluation.reason
     honest = problem.source.replace("class Model(", "class ModelNew(")
     control = evaluate_candidate(problem, Candidate(problem.problem_id, honest, origin="control"), config)
     assert control.status is Status.OK, control.reason
-    assert control.extra["candidate_idle_cpu_ms"] < 2.5, control.extra  # a quarter of a 10 ms batch
+    assert control.extra["candidate_idle_cpu_ms"] < 0.5, control.extra
+
+
+@needs_proc
+def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Path) -> None:
+    """The candidate's worker is stopped while the reference is timed (EvalConfig.quiet_candidate): the
+    kernel shows it stopped, and once resumed it answers its next command."""
+    from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+
+    with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
+        worker.wait_ready(120)
+
+        def state() -> str:
+            return Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+        worker.pause()
+        deadline = time.monotonic() + 5
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state() == "T"
+        worker.resume()
+        reply = worker.call({"cmd": "quiet"}, 20)
+        assert reply["ok"] and state() != "T", reply

@@ -100,6 +100,10 @@ class EvalConfig:
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
     clock: str = "host"
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
+    # While the reference's batch is timed the candidate's process is stopped (SIGSTOP, after a device-wide
+    # sync in it; SIGCONT after the batch): no thread it left behind can take the core both share or put
+    # work on the device the reference is timed on (trials.py, docs/evaluator.md).
+    quiet_candidate: bool = True
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
     # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the

@@ -27,6 +27,9 @@ CONTENDED_SHARE = 0.10
 # both share, and the candidate is rejected (trials.py).
 IDLE_WORK_SHARE = 0.25
 IDLE_WORK_TRIALS = 2
+# ... and at least this much (s): the worker's own return to its command pipe after a reply can land in a
+# window of a fraction of a millisecond (0.07 ms once on the CPU machine, the reference's warm-up a few)
+IDLE_WORK_MIN_S = 0.0005
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ and kill the whole process group when a call overruns or the worker is done."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -353,6 +354,15 @@ class WorkerProcess:
         which also finds a double-forked child that left the session with setsid()."""
         return [p.pid for p in processes() if p.pid != self.pid and p.state != "Z"
                 and (p.session == self.pid or p.ppid == self.pid or (self.uid is not None and p.uid == self.uid))]
+
+    def pause(self) -> None:
+        """Stop every process of the worker's group (SIGSTOP: it cannot be caught) until :meth:`resume`."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # gone (the next call says so)
+            os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from cudal1.candidates import Evaluation
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.contention import CONTENDED_SHARE, IDLE_WORK_SHARE
+from cudal1.evaluator.contention import CONTENDED_SHARE, IDLE_WORK_MIN_S, IDLE_WORK_SHARE
 
 
 @dataclass(frozen=True)
@@ -26,18 +26,23 @@ class TrialPair:
     candidate_wait_s: float = 0.0
     # The host CPU's pace around the reference's batch (pace.py: ms of a fixed probe; 0 where not read)
     pace_ms: float = 0.0
-    # CPU seconds the candidate's process used while the reference's batch was timed (it should be idle)
+    # CPU seconds the candidate's process used while it was idle, over the reference's warm-up (and its
+    # timed batch, where the candidate was not stopped for it: EvalConfig.quiet_candidate), and that
+    # window's wall clock (s)
     candidate_idle_cpu_s: float = 0.0
+    idle_window_s: float = 0.0
 
     @property
     def candidate_worked(self) -> bool:
-        """The candidate's process spent over IDLE_WORK_SHARE of the reference's batch on the CPU while
-        that batch was timed (contention.py).
+        """The candidate's process spent over IDLE_WORK_SHARE of the window, and over IDLE_WORK_MIN_S, on
+        the CPU while it was idle (contention.py).
 
-        >>> TrialPair([1.0], [1.0], 0.020, 0.020, candidate_idle_cpu_s=0.009).candidate_worked
+        >>> TrialPair([1.0], [1.0], 0.020, 0.020, candidate_idle_cpu_s=0.009, idle_window_s=0.03).candidate_worked
         True
+        >>> TrialPair([1.0], [1.0], 0.020, 0.020, candidate_idle_cpu_s=0.0001, idle_window_s=0.0003).candidate_worked
+        False
         """
-        return self.candidate_idle_cpu_s > IDLE_WORK_SHARE * max(self.reference_wall_s, 1e-9)
+        return self.candidate_idle_cpu_s > max(IDLE_WORK_SHARE * self.idle_window_s, IDLE_WORK_MIN_S)
 
     @property
     def wait_share(self) -> float:

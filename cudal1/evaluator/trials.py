@@ -67,15 +67,34 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # program of the pair working while this one is timed: a candidate's thread left spinning slows the
     # reference, and its pace reading (pace.py) with it.
 
-    idle_cpu = 0.0  # the candidate's process's CPU while the reference's batch was timed
+    idle = (0.0, 0.0)  # the candidate's process's CPU while it was idle, and over how long (s)
 
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
-        nonlocal idle_cpu
+        # The candidate drains its device work, then is stopped for the reference's timed batch: a thread it
+        # left behind can neither take the core both share nor queue device work beside the reference.
+        # Its CPU while idle is read over the reference's warm-up (over the batch too where not stopped).
+        nonlocal idle
+        quiet = cfg.quiet_candidate
+        if quiet:
+            reply = run.worker.call({"cmd": "quiet"}, cfg.run_timeout_s)
+            check_reply(reply, "the device sync before the reference's batch")
+            check_integrity(reply, run)
+        cand_before, t0 = sample(run.worker.pid), time.perf_counter()
         run.reference.warm(warm_seed)
-        before, cand_before = sample(run.reference.worker.pid), sample(run.worker.pid)
-        reply, wall, spots = run.reference.time(msg)
-        after, cand_after = sample(run.reference.worker.pid), sample(run.worker.pid)
-        idle_cpu = process_cpu_s(cand_before, cand_after)
+        if quiet:
+            cand_warm, t_warm = sample(run.worker.pid), time.perf_counter()
+            run.worker.pause()
+        try:
+            before = sample(run.reference.worker.pid)
+            reply, wall, spots = run.reference.time(msg)
+            after = sample(run.reference.worker.pid)
+        finally:
+            if quiet:
+                run.worker.resume()
+        if quiet:
+            idle = (process_cpu_s(cand_before, cand_warm), t_warm - t0)
+        else:
+            idle = (process_cpu_s(cand_before, sample(run.worker.pid)), time.perf_counter() - t0)
         return reply, wall, spots, external_wait_s(before, after)
 
     def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
@@ -109,23 +128,22 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
         if not result.ok:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
-    pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), idle_cpu)
+    pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle)
     _check_idle(run, pair)
     return pair
 
 
 def _check_idle(run: Run, pair: TrialPair) -> None:
-    """Reject a candidate whose process kept working on the CPU while the reference was timed, in
-    IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a thread it
-    left running (one ``threading`` does not count, or a native one) that takes the core both programs
-    share from the reference and makes it look slower. One such trial may be a stray wake-up; the trial
-    is then also set aside as contended, as the reference's wait for its core shows it."""
+    """Reject a candidate whose process kept working on the CPU while the reference was warmed up and
+    timed, in IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a
+    thread it left running (one ``threading`` does not count, or a native one) to take the core both
+    programs share from the reference. One such trial may be a stray wake-up."""
     if not pair.candidate_worked:
         return
-    run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.reference_wall_s, 1e-9))
+    run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9))
     if len(run.idle_work) >= IDLE_WORK_TRIALS:
-        raise Verdict(Status.REJECTED, f"the candidate's process kept running on the CPU while the reference was "
-                      f"timed ({max(run.idle_work):.0%} of the reference's batch at most, in {len(run.idle_work)} "
+        raise Verdict(Status.REJECTED, "the candidate's process kept running on the CPU while the reference was "
+                      f"warmed up and timed ({max(run.idle_work):.0%} of that time at most, in {len(run.idle_work)} "
                       "trials): a thread left running between calls slows the reference on the core both share")
 
 

@@ -74,7 +74,12 @@ GPU_CASES: list[GpuCase] = [
     GpuCase("tf32_hidden", "gpu_matmul", "#18/#28", CAUGHT, dynamic=CAUGHT),
     # a hidden thread that spins between the candidate's own calls takes the core the reference's host
     # thread is timed on: the parent sees the candidate's process on the CPU during the reference's batches
-    GpuCase("reference_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=REJECTED),
+    GpuCase("reference_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+            max_speedup=HONEST),
+    # a hidden thread that launches a long kernel just after the candidate's batch: the candidate drains its
+    # device and is stopped while the reference is timed (EvalConfig.quiet_candidate)
+    GpuCase("late_kernel_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+            max_speedup=HONEST),
     GpuCase("legit_fused_kernel", "gpu_fused_chain", "-", OK, min_speedup=1.5),
     GpuCase("legit_rowscale", "gpu_diag_matmul", "-", OK, min_speedup=2.0),
     GpuCase("legit_side_stream_joined", "gpu_matmul", "-", OK, max_speedup=HONEST),
