@@ -64,38 +64,14 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process
     # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
-    # program of the pair working while this one is timed: a candidate's thread left spinning slows the
-    # reference, and its pace reading (pace.py) with it.
-
+    # program of the pair working while this one is timed, where the candidate was not stopped for the
+    # reference's batch (_time_reference).
     idle = (0.0, 0.0)  # the candidate's process's CPU while it was idle, and over how long (s)
 
     def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
-        # The candidate drains its device work, then is stopped for the reference's timed batch: a thread it
-        # left behind can neither take the core both share nor queue device work beside the reference.
-        # Its CPU while idle is read over the reference's warm-up (over the batch too where not stopped).
         nonlocal idle
-        quiet = cfg.quiet_candidate
-        if quiet:
-            reply = run.worker.call({"cmd": "quiet"}, cfg.run_timeout_s)
-            check_reply(reply, "the device sync before the reference's batch")
-            check_integrity(reply, run)
-        cand_before, t0 = sample(run.worker.pid), time.perf_counter()
-        run.reference.warm(warm_seed)
-        if quiet:
-            cand_warm, t_warm = sample(run.worker.pid), time.perf_counter()
-            run.worker.pause()
-        try:
-            before = sample(run.reference.worker.pid)
-            reply, wall, spots = run.reference.time(msg)
-            after = sample(run.reference.worker.pid)
-        finally:
-            if quiet:
-                run.worker.resume()
-        if quiet:
-            idle = (process_cpu_s(cand_before, cand_warm), t_warm - t0)
-        else:
-            idle = (process_cpu_s(cand_before, sample(run.worker.pid)), time.perf_counter() - t0)
-        return reply, wall, spots, external_wait_s(before, after)
+        reply, wall, spots, wait, idle = _time_reference(run, warm_seed, msg)
+        return reply, wall, spots, wait
 
     def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         warm_candidate(run, warm_seed)
@@ -131,6 +107,35 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle)
     _check_idle(run, pair)
     return pair
+
+
+def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
+                    ) -> tuple[dict[str, Any], float, dict[str, Any], float, tuple[float, float]]:
+    """The reference's warm-up and timed batch: its reply, wall clock, spot outputs and wait for its core,
+    and the candidate's CPU while idle with the window it was read over (s). The candidate first drains
+    its device work, then is stopped for the batch (EvalConfig.quiet_candidate): a thread it left behind
+    can neither take the core both share nor queue device work beside the reference. Its CPU is read over
+    the reference's warm-up, while it is idle but not stopped (over the batch too where not stopped)."""
+    quiet = run.config.quiet_candidate
+    if quiet:
+        reply = run.worker.call({"cmd": "quiet"}, run.config.run_timeout_s)
+        check_reply(reply, "the device sync before the reference's batch")
+        check_integrity(reply, run)
+    cand_before, t0 = sample(run.worker.pid), time.perf_counter()
+    run.reference.warm(warm_seed)
+    cand_after, t1 = sample(run.worker.pid), time.perf_counter()
+    if quiet:
+        run.worker.pause()
+    try:
+        before = sample(run.reference.worker.pid)
+        reply, wall, spots = run.reference.time(msg)
+        after = sample(run.reference.worker.pid)
+    finally:
+        if quiet:
+            run.worker.resume()
+    if not quiet:
+        cand_after, t1 = sample(run.worker.pid), time.perf_counter()
+    return reply, wall, spots, external_wait_s(before, after), (process_cpu_s(cand_before, cand_after), t1 - t0)
 
 
 def _check_idle(run: Run, pair: TrialPair) -> None:
