@@ -289,27 +289,20 @@ def test_naive_harness_is_fooled(case: Case) -> None:
     """Each hack marked passes_naive really passes a same-process harness: the rows above are meaningful."""
     problem = (FIXTURES / "problems" / f"{case.problem}.py").read_text()
     candidate = (FIXTURES / case.candidate).read_text()
-    result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
-    # The fork hack races its child against the naive comparison: on a machine whose cores the other test
-    # workers hold, the child can finish late. A harness fooled in any run is broken, so up to two more
-    # fresh runs may show it.
-    for _ in range(2 if case.naive_races else 0):
-        if result.correct:
-            break
-        result = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
-    assert result.correct, f"{case.name}: the naive harness was not fooled ({result.reason})"
-    if case.naive_min_speedup is not None:
-        # The thread hacks gain only while a core is free to run their thread (10-20x then). On a machine
-        # whose cores the other test workers hold, a run can read ~1.1x; the harness is fooled whenever a
-        # core is free, so up to two more fresh runs, each of which must be fooled as well, may show it.
-        speedups = [result.speedup]
-        for _ in range(2):
-            if max(speedups) >= case.naive_min_speedup:
-                break
-            again = naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)
-            assert again.correct, f"{case.name}: the naive harness was not fooled ({again.reason})"
-            speedups.append(again.speedup)
-        assert max(speedups) >= case.naive_min_speedup, f"{case.name}: naive speed-ups only {speedups}"
+    # The fork and thread hacks race their helper against the naive comparison, and the thread hacks gain
+    # only while a core is free to run their thread (10-20x then, ~1.1x when the other test workers hold
+    # the cores; CI once saw thread_hidden_import's thread finish after the comparison). A harness fooled
+    # in any run is broken, so up to two more fresh runs may show it.
+
+    def fooled(result: Any) -> bool:
+        return result.correct and (case.naive_min_speedup is None or result.speedup >= case.naive_min_speedup)
+
+    runs = [naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first)]
+    retries = 2 if case.naive_races or case.naive_min_speedup is not None else 0
+    while not fooled(runs[-1]) and len(runs) <= retries:
+        runs.append(naive_harness_isolated(problem, candidate, candidate_first=case.naive_candidate_first))
+    assert any(fooled(r) for r in runs), (f"{case.name}: the naive harness was not fooled in {len(runs)} runs: "
+                                          + "; ".join(f"correct={r.correct} speedup={r.speedup} ({r.reason})" for r in runs))
 
 
 @pytest.mark.parametrize("stem", ["matmul", "scale_shift", "diag_matmul"])
