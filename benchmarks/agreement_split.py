@@ -40,7 +40,7 @@ def load(run: Path) -> dict[str, Evaluation]:
     return {e.problem_id: e for e in load_evaluations(run / "results.jsonl")}
 
 
-def _p95(values: list[float]) -> float:
+def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
@@ -57,7 +57,7 @@ def _ok_pairs(runs: list[dict[str, Evaluation]]) -> Iterator[tuple[Evaluation, E
 
 def _summary(groups: dict[str, list[float]]) -> dict[str, Any]:
     """Rows, median and 95th percentile of each non-empty group of gaps."""
-    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(_p95(g), 4)}
+    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(p95(g), 4)}
             for k, g in groups.items() if g}
 
 
@@ -74,7 +74,7 @@ def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
                 bands[(lo, hi)].append(gap)
     pairs = max(1, len(runs) * (len(runs) - 1) // 2)
     return [{"reference_ms": [lo, hi], "rows": len(g) // pairs, "median": round(statistics.median(g), 4),
-             "p95": round(_p95(g), 4)} for (lo, hi), g in bands.items() if g]
+             "p95": round(p95(g), 4)} for (lo, hi), g in bands.items() if g]
 
 
 def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str,
     return _summary(groups)
 
 
-def _robust_sd(xs: list[float]) -> float:
+def robust_sd(xs: list[float]) -> float:
     """1.4826 x the median absolute deviation (a normal's sd), of logs where the values are times."""
     mid = statistics.median(xs)
     return 1.4826 * statistics.median(abs(x - mid) for x in xs)
@@ -169,9 +169,9 @@ def noise_budget(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
             trials = _extra(r, "trial_ms")
             if trials and len(trials) >= 3:
                 a, b = [math.log(t[0]) for t in trials], [math.log(t[1]) for t in trials]
-                ratio_sd.append(_robust_sd([x - y for x, y in zip(a, b)]))
-                ref_sd.append(_robust_sd(a))
-                cand_sd.append(_robust_sd(b))
+                ratio_sd.append(robust_sd([x - y for x, y in zip(a, b)]))
+                ref_sd.append(robust_sd(a))
+                cand_sd.append(robust_sd(b))
                 r_ab = correlation(a, b, digits=3)
                 if r_ab is not None:
                     together.append(r_ab)
@@ -185,7 +185,7 @@ def noise_budget(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
                          "reference_sd": round(statistics.median(ref_sd), 4), "candidate_sd": round(statistics.median(cand_sd), 4),
                          "reference_candidate_r": round(statistics.median(together), 2) if together else None}
     if zs:
-        out["beyond_intervals"] = {"rows": len(zs), "median_z": round(statistics.median(zs), 2), "p95_z": round(_p95(zs), 2)}
+        out["beyond_intervals"] = {"rows": len(zs), "median_z": round(statistics.median(zs), 2), "p95_z": round(p95(zs), 2)}
     order_r, pace_r = [], {}
     for first, second in itertools.combinations(runs, 2):
         shared = [p for p in first if first[p].status is Status.OK and p in second and second[p].status is Status.OK]

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.core_noise import load, timed_calls  # noqa: E402  a reference and its inputs; the loop's timing
 from cudal1.evaluator.cores import timed_core  # noqa: E402
 from cudal1.evaluator.pace import probe_ms  # noqa: E402
-from cudal1.problems import load_cudal1_release  # noqa: E402
+from cudal1.problems import Problem, load_cudal1_release  # noqa: E402
 
 
 def levels(ms: list[float], gap: float = 0.10, share: float = 0.10) -> dict[str, Any]:
@@ -209,6 +209,24 @@ def timeline(models: dict[str, tuple[torch.nn.Module, list[Any]]], rounds: int, 
                            "follows_probe_r": correlation(xs, probes, 2)} for pid, xs in series.items()}}
 
 
+def pinned_rows(release: Path, names: str, device_name: str, script: str
+                ) -> tuple[torch.device, bool, int | None, dict[str, Problem]]:
+    """The device (made current), whether it is a GPU, the core this process is now pinned to as a timed
+    worker is (None off the GPU), and the release's problems by row; exits naming rows not in it."""
+    device = torch.device(device_name)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    core = timed_core(device_name) if cuda else None
+    if core is not None:
+        os.sched_setaffinity(0, {core})  # as a timed worker runs: one core of its own
+    rows = {r.problem.problem_id: r.problem for r in load_cudal1_release(release)}
+    unknown = [p for p in names.split(",") if p not in rows]
+    if unknown:
+        raise SystemExit(f"{script}: rows not in {release}: {', '.join(unknown)} (names like L2-41)")
+    return device, cuda, core, rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--release", required=True, type=Path)
@@ -222,17 +240,7 @@ def main() -> None:
                     "much sleep between rounds (eager calls only): how long a reference's level lasts")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.set_device(device)
-    core = timed_core(args.device) if cuda else None
-    if core is not None:
-        os.sched_setaffinity(0, {core})  # as a timed worker runs: one core of its own
-    rows = {r.problem.problem_id: r.problem for r in load_cudal1_release(args.release)}
-    unknown = [p for p in args.rows.split(",") if p not in rows]
-    if unknown:
-        raise SystemExit(f"graph_levels.py: rows not in {args.release}: {', '.join(unknown)}")
+    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, "graph_levels.py")
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
                               "rounds": args.rounds, "calls": args.calls, "rows": {}}
     if args.gap_s is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cudal1.evaluator.cores import timed_core  # noqa: E402
 from cudal1.evaluator.pace import probe_ms  # noqa: E402
 
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
@@ -71,16 +72,11 @@ def suspects(table: dict[int, list[float]], threshold: float) -> list[int]:
     return [c for c, ratios in table.items() if ratios and min(ratios) >= threshold]
 
 
-def default_timed(allowed: list[int], devices: int) -> list[int]:
-    """The cores the evaluator times on for ``devices`` GPUs (cores.timed_core: the highest ones), or the
-    highest core where there are too few to split.
-
-    >>> default_timed(list(range(16)), 2), default_timed([0, 1], 2)
-    ([15, 14], [1])
-    """
-    if len(allowed) < 4:
-        return [allowed[-1]]
-    return [allowed[-1 - i % (len(allowed) // 2)] for i in range(devices)]
+def default_timed(devices: int) -> list[int]:
+    """The cores the evaluator times on for ``devices`` GPUs (cores.timed_core), or the highest core this
+    process may use where there are too few to give one away."""
+    cores = [timed_core(f"cuda:{i}") for i in range(devices)]
+    return sorted({c for c in cores if c is not None}, reverse=True) or [max(os.sched_getaffinity(0))]
 
 
 def main() -> None:
@@ -95,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
     allowed = sorted(os.sched_getaffinity(0))
     try:
-        timed = [int(c) for c in args.timed.split(",")] if args.timed else default_timed(allowed, args.devices)
+        timed = [int(c) for c in args.timed.split(",")] if args.timed else default_timed(args.devices)
     except ValueError:
         raise SystemExit(f"hidden_siblings.py: --timed takes core numbers like 15,14, not {args.timed!r}") from None
     missing = [c for c in timed if c not in allowed]

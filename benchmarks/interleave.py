@@ -28,7 +28,6 @@ import argparse
 import itertools
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -41,10 +40,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.agreement_split import p95, robust_sd  # noqa: E402
 from benchmarks.core_noise import load  # noqa: E402  a reference and its inputs
-from benchmarks.graph_levels import captured  # noqa: E402  the forward as one CUDA graph
-from cudal1.evaluator.cores import timed_core  # noqa: E402
-from cudal1.problems import load_cudal1_release  # noqa: E402
+from benchmarks.graph_levels import captured, pinned_rows  # noqa: E402  the forward as one CUDA graph; setup
 
 SCHEMES = ("batch", "call")
 _rng = random.Random(0)
@@ -87,9 +85,7 @@ def spread(xs: list[float]) -> float:
     >>> spread([1.0, 1.0, 1.0]), round(spread([0.9, 1.0, 1.1, 1.0, 1.02]), 3)
     (0.0, 0.029)
     """
-    logs = [math.log(x) for x in xs]
-    mid = statistics.median(logs)
-    return round(1.4826 * statistics.median(abs(v - mid) for v in logs), 4)
+    return round(robust_sd([math.log(x) for x in xs]), 4)
 
 
 def pairwise(medians: list[float]) -> dict[str, float | int | None]:
@@ -102,7 +98,7 @@ def pairwise(medians: list[float]) -> dict[str, float | int | None]:
     ds = sorted(abs(x - y) / min(x, y) for x, y in itertools.combinations(medians, 2) if min(x, y) > 0)
     if not ds:
         return {"pairs": 0, "median": None, "p95": None}
-    return {"pairs": len(ds), "median": round(statistics.median(ds), 4), "p95": round(ds[min(len(ds) - 1, int(0.95 * len(ds)))], 4)}
+    return {"pairs": len(ds), "median": round(statistics.median(ds), 4), "p95": round(p95(ds), 4)}
 
 
 def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, trials: int, gap_s: float,
@@ -167,17 +163,7 @@ def main() -> None:
     ap.add_argument("--gap-s", type=float, default=1.0, help="sleep between evaluations")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.set_device(device)
-    core = timed_core(args.device) if cuda else None
-    if core is not None:
-        os.sched_setaffinity(0, {core})  # as a timed worker runs: one core of its own
-    rows = {r.problem.problem_id: r.problem for r in load_cudal1_release(args.release)}
-    unknown = [p for p in args.rows.split(",") if p not in rows]
-    if unknown:
-        raise SystemExit(f"interleave.py: rows not in {args.release}: {', '.join(unknown)} (names like L2-41)")
+    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, "interleave.py")
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
                               "evaluations": args.evaluations, "trials": args.trials, "gap_s": args.gap_s, "rows": {}}
     for pid in args.rows.split(","):

@@ -131,8 +131,8 @@ def main() -> None:
         "time_split_s": time_split(mine), "eval_s": spread([e.eval_s or 0.0 for e in mine]), "config": config.to_dict(), "cpu_count": os.cpu_count(),
         "devices": args.devices, "ahead": args.ahead, "costs_from": None if args.costs_from is None else str(args.costs_from),
         "rechecks_ahead": sum(bool(e.extra.get("recheck_ahead")) for e in mine),
-        # the most CPU a candidate's process used while its reference was timed (rejected over a quarter
-        # of the reference's batch in two trials: docs/evaluator.md), and the rows rejected for it
+        # the most CPU a candidate's process used while idle (rejected over a quarter of the reference's
+        # warm-up in two trials: docs/evaluator.md), and the rows rejected for it
         "candidate_idle_cpu_ms_max": max((e.extra.get("candidate_idle_cpu_ms") or 0.0 for e in mine), default=None),
         "rejected_for_idle_work": sorted(e.problem_id for e in mine if "kept running on the CPU" in e.reason),
     }

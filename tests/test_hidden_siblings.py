@@ -20,3 +20,12 @@ def test_every_other_core_is_loaded_in_turn_and_its_spinner_is_gone_after() -> N
     assert set(table) == set(allowed[:-1])
     assert all(len(r) == 2 and all(x > 0 for x in r) for r in table.values())
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_the_cores_tested_by_default_are_the_evaluators_timed_cores() -> None:
+    from cudal1.evaluator.cores import timed_core
+
+    siblings = load_script("hidden_siblings")
+    allowed = sorted(os.sched_getaffinity(0))
+    expected = timed_core("cuda:0")
+    assert siblings.default_timed(1) == ([expected] if expected is not None else [allowed[-1]])

@@ -34,8 +34,8 @@ class Run:
     lowered: list[str] = field(default_factory=list)  # float32 precision switches the program lowered
     device_draws: bool = False  # both workers draw timed inputs with the harness's kernels (device_draws.py)
     warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)
-    # Shares of the reference's batch the candidate's process spent on the CPU while that batch was timed,
-    # for the trials where it was over contention.IDLE_WORK_SHARE (trials._check_idle)
+    # Shares of the window the candidate's process spent on the CPU while idle (the reference's warm-up, and
+    # its batch where the candidate was not stopped), for the trials over the limit (trials._check_idle)
     idle_work: list[float] = field(default_factory=list)
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 # another process is set aside and timed again. A per-call median shrugs off one preempted call, not
 # the slices of a process that shares the core for the whole batch.
 CONTENDED_SHARE = 0.10
-# The candidate's process is idle while the reference is timed: its worker waits for the next command. A
-# share of the reference's batch this large, spent on the CPU by any of the candidate's threads then, in
+# The candidate's process is idle while the reference is warmed up and timed: its worker waits for the
+# next command. A share of that window this large, spent on the CPU by any of the candidate's threads, in
 # IDLE_WORK_TRIALS trials of an evaluation, is a thread it left running to slow the reference on the core
 # both share, and the candidate is rejected (trials.py).
 IDLE_WORK_SHARE = 0.25

@@ -12,8 +12,8 @@ disagreement: rows read at the same pace in both runs (within 15%) agreed no bet
 (#2026-11-27-host-pace), and setting aside trials read at a slow pace brought two runs of 32 rows no
 closer (#2026-11-27-pace-sample), so no figure is flagged or set aside by it.
 
-Only the reference's worker is read: it runs trusted problem code, and a candidate that slows it from
-its own core (a thread left spinning) is caught as contention (contention.py).
+Only the reference's worker is read: it runs trusted problem code, and the candidate's process is
+stopped while the reference is timed (trials._time_reference), so no thread of its can slow it.
 """
 
 from __future__ import annotations

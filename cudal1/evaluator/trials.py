@@ -66,12 +66,6 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
     # program of the pair working while this one is timed, where the candidate was not stopped for the
     # reference's batch (_time_reference).
-    idle = (0.0, 0.0)  # the candidate's process's CPU while it was idle, and over how long (s)
-
-    def reference_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
-        nonlocal idle
-        reply, wall, spots, wait, idle = _time_reference(run, warm_seed, msg)
-        return reply, wall, spots, wait
 
     def candidate_side() -> tuple[dict[str, Any], float, dict[str, Any], float]:
         warm_candidate(run, warm_seed)
@@ -80,11 +74,11 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
         return reply, wall, spots, external_wait_s(before, sample(run.worker.pid))
 
     if reference_first:
-        ref, ref_wall, ref_spots, ref_wait = reference_side()
+        ref, ref_wall, ref_spots, ref_wait, idle = _time_reference(run, warm_seed, msg)
         cand, cand_wall, cand_spots, cand_wait = candidate_side()
     else:
         cand, cand_wall, cand_spots, cand_wait = candidate_side()
-        ref, ref_wall, ref_spots, ref_wait = reference_side()
+        ref, ref_wall, ref_spots, ref_wait, idle = _time_reference(run, warm_seed, msg)
     if run.trace is not None:
         run.trace.append(trace_row(ref, cand, ref_wall, cand_wall, reference_first, time.perf_counter() - started)
                          | {"ref_wait_ms": round(ref_wait * 1e3, 3), "cand_wait_ms": round(cand_wait * 1e3, 3)})
@@ -214,7 +208,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     batches_s = sum(p.reference_wall_s + p.candidate_wall_s for p in timed)
     extra: dict[str, Any] = {"iters_per_trial": iters, "measurements": measurements, "batches_s": round(batches_s, 3),
                              "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
-                             # the most CPU the candidate's process used while a reference batch was timed
+                             # the most CPU the candidate's process used while idle (_time_reference)
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
     if run.trace is not None:
         extra["trace"] = run.trace

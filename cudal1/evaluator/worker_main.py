@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:  # noqa: BLE001 - the load makes it again and reports what fails there
             pass
     set_affinity(core)  # then onto its timed core, before any program code runs
+
     def quiet(msg: dict) -> dict:
         """The device drained of this program's work (a device-wide sync) before the parent stops the
         process while the reference is timed (trials.py)."""

@@ -74,7 +74,7 @@ GPU_CASES: list[GpuCase] = [
     GpuCase("tf32_hidden", "gpu_matmul", "#18/#28", CAUGHT, dynamic=CAUGHT),
     # a hidden thread that spins between the candidate's own calls takes the core the reference's host
     # thread is timed on: the parent sees the candidate's process on the CPU during the reference's batches
-    GpuCase("reference_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+    GpuCase("hacks/reference_sabotage_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
             max_speedup=HONEST),
     # a hidden thread that launches a long kernel just after the candidate's batch: the candidate drains its
     # device and is stopped while the reference is timed (EvalConfig.quiet_candidate)
@@ -93,7 +93,9 @@ def load_problem(stem: str) -> Problem:
 
 
 def load_candidate(case: GpuCase) -> Candidate:
-    source = (FIXTURES / "candidates" / f"{case.candidate}.py").read_text()
+    # "hacks/..." names a CPU row's fixture (tests/fixtures) that attacks a GPU evaluation the same way
+    folder = TESTS / "fixtures" if case.candidate.startswith("hacks/") else FIXTURES / "candidates"
+    source = (folder / f"{case.candidate}.py").read_text()
     return Candidate(load_problem(case.problem).problem_id, source, origin=f"fixture:gpu/{case.candidate}")
 
 
