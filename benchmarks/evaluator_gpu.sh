@@ -22,6 +22,8 @@
 # noise      where a row's figure moves (docs/benchmarks/release-h100.md, "A trial's own noise"):
 #            hidden_siblings.py -> $OUT/siblings.json; interleave.py on NOISE_ROWS -> $OUT/interleave.json;
 #            graph_levels.py --gap-s 1 on the same rows -> $OUT/timeline.json (about 4 minutes in all)
+# quiet-ab   benchmarks/quiet_ab.py: the starter problems' references against themselves, the candidate stopped
+#            for the reference's batches and not, alternating (about 90 s) -> $OUT/quiet-ab.json
 # warm-ahead benchmarks/warm_ahead.py: WARM_ROWS (two; six did not finish in 290 s) of the release with their
 #            baselines, the first call loaded ahead and not, alternating rounds -> $OUT/warm-ahead.json
 set -uo pipefail
@@ -90,6 +92,10 @@ for step in ${STEPS:-overhead}; do
       python3 benchmarks/warm_ahead.py --device cuda:0 --release "$RELEASE" --baselines --tolerance 1e-2 \
         --rows "${WARM_ROWS:-L1-19,L2-12}" --rounds "${ROUNDS:-2}" \
         --json "$OUT/warm-ahead.json" > "$OUT/warm-ahead.log" 2>&1; tail -n 6 "$OUT/warm-ahead.log" ;;
+    quiet-ab)
+      stamp quiet-ab
+      python3 benchmarks/quiet_ab.py --device cuda:0 --problems 8 --rounds "${QUIET_ROUNDS:-4}" --json "$OUT/quiet-ab.json" \
+        > "$OUT/quiet-ab.log" 2>&1; tail -n 1 "$OUT/quiet-ab.log" ;;
     noise)
       rows=${NOISE_ROWS:-L2-41,L2-70,L2-69,L1-64,L2-85,L2-99}
       stamp "noise: siblings"
