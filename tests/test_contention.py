@@ -126,3 +126,42 @@ def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Pat
         worker.resume()
         reply = worker.call({"cmd": "quiet"}, 20)
         assert reply["ok"] and state() != "T", reply
+
+
+@needs_proc
+def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right_before_its_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trial's reference side runs: the reference's warm-up (the candidate idle and awake, its CPU
+    read), the candidate's device drained (`quiet`), the candidate stopped, the reference's timed batch,
+    the candidate resumed. Drained before the warm-up instead, a kernel a hidden thread queued during the
+    warm-up would run on into the batch."""
+    from cudal1.evaluator.process import WorkerProcess
+    from cudal1.evaluator.workers import ReferenceSession
+
+    events: list[str] = []
+
+    def recording(cls: type, name: str, label: str, only_cmd: str | None = None) -> None:
+        original = getattr(cls, name)
+
+        def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202 - passes through
+            if only_cmd is None or (args and isinstance(args[0], dict) and args[0].get("cmd") == only_cmd):
+                events.append(label)
+            return original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, name, wrapper)
+
+    recording(ReferenceSession, "warm", "ref-warm")
+    recording(ReferenceSession, "time", "ref-time")
+    recording(WorkerProcess, "call", "quiet", only_cmd="quiet")
+    recording(WorkerProcess, "pause", "pause")
+    recording(WorkerProcess, "resume", "resume")
+    problem = Problem("order-diag", 1, "diag_matmul", (FIXTURES / "problems" / "diag_matmul.py").read_text(),
+                      suite="adversarial")
+    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, target_trial_ms=10, run_timeout_s=20,
+                        memory_limit_mb=4096)
+    honest = problem.source.replace("class Model(", "class ModelNew(")
+    evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, honest, origin="control"), config)
+    assert evaluation.status is Status.OK, evaluation.reason
+    starts = [i for i, e in enumerate(events) if e == "quiet"]
+    assert len(starts) >= config.timing_trials, events
+    for i in starts:
+        assert events[i - 1:i + 4] == ["ref-warm", "quiet", "pause", "ref-time", "resume"], events[max(0, i - 2):i + 5]

@@ -106,19 +106,21 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
 def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
                     ) -> tuple[dict[str, Any], float, dict[str, Any], float, tuple[float, float]]:
     """The reference's warm-up and timed batch: its reply, wall clock, spot outputs and wait for its core,
-    and the candidate's CPU while idle with the window it was read over (s). The candidate first drains
-    its device work, then is stopped for the batch (EvalConfig.quiet_candidate): a thread it left behind
-    can neither take the core both share nor queue device work beside the reference. Its CPU is read over
-    the reference's warm-up, while it is idle but not stopped (over the batch too where not stopped)."""
+    and the candidate's CPU while idle with the window it was read over (s). Its CPU is read over the
+    reference's warm-up, while it is idle but not stopped (over the batch too where not stopped). Then,
+    right before the batch, the candidate drains its device work and is stopped (EvalConfig.quiet_candidate):
+    a thread it left behind can neither take the core both share nor queue device work beside the
+    reference. Drained after the warm-up, not before it: device work a hidden thread queued during the
+    warm-up would otherwise run on into the batch (only work queued between the drain and the stop, a few
+    tens of microseconds, is not drained)."""
     quiet = run.config.quiet_candidate
-    if quiet:
-        reply = run.worker.call({"cmd": "quiet"}, run.config.run_timeout_s)
-        check_reply(reply, "the device sync before the reference's batch")
-        check_integrity(reply, run)
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
     cand_after, t1 = sample(run.worker.pid), time.perf_counter()
     if quiet:
+        reply = run.worker.call({"cmd": "quiet"}, run.config.run_timeout_s)
+        check_reply(reply, "the device sync before the reference's batch")
+        check_integrity(reply, run)
         run.worker.pause()
     try:
         before = sample(run.reference.worker.pid)
