@@ -13,7 +13,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, evaluate_candidate
-from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.contention import external_wait_s, sample, wait_stopped
 from cudal1.evaluator.workers import cpu_core_for
 from cudal1.problems import Problem
 
@@ -90,16 +90,22 @@ def test_a_candidate_that_spins_while_the_reference_is_timed_is_rejected(quiet: 
     candidate is not being called would take the core it shares with the reference. Without the static
     layer, which rejects its ``vars()``, the parent sees the candidate's process on the CPU while it is
     idle and rejects it: over the reference's timed batch where the candidate is left running, over the
-    reference's warm-up where it is stopped for the batch (the default); an honest candidate's process
-    uses none."""
+    reference's warm-up where it is stopped for the batch (the default; there it gains nothing if unseen);
+    an honest candidate's process uses none."""
     problem = Problem("spin-diag", 1, "diag_matmul", (FIXTURES / "problems" / "diag_matmul.py").read_text(),
                       suite="adversarial")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, target_trial_ms=10, run_timeout_s=20,
                         memory_limit_mb=4096, static_checks=False, quiet_candidate=quiet)
     source = (FIXTURES / "hacks" / "reference_sabotage_spin_hidden.py").read_text()
     evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="fixture"), config)
-    assert evaluation.status is Status.REJECTED, (evaluation.status, evaluation.reason, evaluation.flags)
-    assert "kept running on the CPU while the reference was" in evaluation.reason
+    if quiet and evaluation.status is Status.OK:
+        # Stopped for the reference's batches it gains nothing, and it is seen only in warm-ups that come 5 ms
+        # or more after its last call (about half of them; two trials are needed): under load an evaluation
+        # can end before two such warm-ups. It was seen spinning, and is not faster.
+        assert evaluation.extra["candidate_idle_cpu_ms"] > 0.5 and (evaluation.speedup or 0) < 1.3, evaluation.extra
+    else:
+        assert evaluation.status is Status.REJECTED, (evaluation.status, evaluation.reason, evaluation.flags)
+        assert "kept running on the CPU while the reference was" in evaluation.reason
     honest = problem.source.replace("class Model(", "class ModelNew(")
     control = evaluate_candidate(problem, Candidate(problem.problem_id, honest, origin="control"), config)
     assert control.status is Status.OK, control.reason
@@ -126,6 +132,12 @@ def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Pat
         worker.resume()
         reply = worker.call({"cmd": "quiet"}, 20)
         assert reply["ok"] and state() != "T", reply
+        # asked to, the worker stops itself right after its reply, with no word from the parent
+        assert wait_stopped(worker.pid, timeout_s=0.05) is False  # running, waiting for a command
+        reply = worker.call({"cmd": "quiet", "stop": True}, 20)
+        assert reply["ok"] and wait_stopped(worker.pid) is True and state() == "T", reply
+        worker.resume()
+        assert worker.call({"cmd": "quiet"}, 20)["ok"] and state() != "T"
 
 
 @needs_proc

@@ -4,6 +4,7 @@ wall-clock cross-check and the verdict on noise."""
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import statistics
@@ -13,12 +14,14 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample
+from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample, wait_stopped
 from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
+# the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
+_SELF_STOP = os.path.isdir("/proc/self/task")
 
 
 def warm_candidate(run: Run, seed: int) -> None:
@@ -111,18 +114,23 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
     right before the batch, the candidate drains its device work and is stopped (EvalConfig.quiet_candidate):
     a thread it left behind can neither take the core both share nor queue device work beside the
     reference. Drained after the warm-up, not before it: device work a hidden thread queued during the
-    warm-up would otherwise run on into the batch (only work queued between the drain and the stop, a few
-    tens of microseconds, is not drained)."""
+    warm-up would otherwise run on into the batch. The worker stops itself right after its reply, so only
+    device work queued in the microseconds between its last sync and that stop is not drained."""
     quiet = run.config.quiet_candidate
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
     cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    if quiet:
-        reply = run.worker.call({"cmd": "quiet"}, run.config.run_timeout_s)
-        check_reply(reply, "the device sync before the reference's batch")
-        check_integrity(reply, run)
-        run.worker.pause()
     try:
+        if quiet:
+            # Where /proc shows a process's state the worker stops its process group itself right after its
+            # reply (worker_main), and the parent waits to see it stopped: a SIGCONT sent before that stop
+            # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
+            reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
+            if _SELF_STOP and reply.get("ok") is True:
+                wait_stopped(run.worker.pid)
+            run.worker.pause()
+            check_reply(reply, "the device sync before the reference's batch")
+            check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
         reply, wall, spots = run.reference.time(msg)
         after = sample(run.reference.worker.pid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import traceback
 
@@ -112,9 +113,28 @@ def main(argv: list[str] | None = None) -> None:
         if worker.builds is not None:
             reply["builds"] = worker.builds.summary()
         reply["nonce"] = msg.get("nonce")
+        stop = msg["cmd"] == "quiet" and bool(msg.get("stop")) and reply.get("ok") is True
+        if stop:
+            reply, stop = _drained(worker, reply)
         replies.write(send_json(reply) + "\n")
+        if stop:
+            # The parent stops this process group too once it reads the reply; stopping here first leaves a
+            # hidden thread only the microseconds since the sync above to queue device work beside the
+            # reference's batch, not the reply's trip to the parent as well (trials._time_reference)
+            os.killpg(0, signal.SIGSTOP)
     replies.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
+
+
+def _drained(worker: Worker, reply: dict) -> tuple[dict, bool]:
+    """The device drained again, as late as possible before the reply (the `quiet` handler drained it
+    first, and the integrity checks since took time); a failure there is the program's, as any sync's."""
+    try:
+        worker._sync()
+    except BaseException as exc:  # noqa: BLE001 - an asynchronous error of the candidate's kernels
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return reply | {"ok": False, "kind": "runtime_error", "error": text[-4000:]}, False
+    return reply, True
 
 
 def _is_build_error(exc: BaseException) -> bool:
