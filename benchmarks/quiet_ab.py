@@ -13,6 +13,7 @@ Problem code only (trusted references as candidates).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -58,25 +59,20 @@ def measure(problems: list[Problem], rounds: int, device: str) -> list[dict[str,
     round: one row per evaluation, with its trials' ratios and which program went first."""
     rows: list[dict[str, Any]] = []
     with mock.patch.dict(os.environ, {"CUDAL1_TIMING_TRACE": "1"}):  # each trial's figures in the extra
-        _measure(problems, rounds, device, rows)
-    return rows
-
-
-def _measure(problems: list[Problem], rounds: int, device: str, rows: list[dict[str, Any]]) -> None:
-    for rnd in range(rounds):
-        for i, problem in enumerate(problems):
+        for rnd, (i, problem) in itertools.product(range(rounds), enumerate(problems)):
             for arm in list(ARMS) if (rnd + i) % 2 == 0 else list(reversed(ARMS)):
                 config = EvalConfig(device=device, timing_trials=3, remeasure=0, run_timeout_s=60,
                                     build_timeout_s=300, quiet_candidate=ARMS[arm])
                 candidate = Candidate(problem.problem_id,
                                       problem.source.replace("class Model(", "class ModelNew("), "quiet-ab")
                 e = evaluate_candidate(problem, candidate, config)
-                trials = [{"ratio": t["ratio"], "ref_first": t["ref_first"], "ref_ms": t["ref_ms"],
-                           "cand_ms": t["cand_ms"]} for t in e.extra.get("trace") or []]
+                trials = [{k: t[k] for k in ("ratio", "ref_first", "ref_ms", "cand_ms")}
+                          for t in e.extra.get("trace") or []]
                 row = {"problem": problem.problem_id, "round": rnd, "arm": arm, "status": e.status.value,
                        "speedup": e.speedup, "trials": trials, "idle_cpu_ms": e.extra.get("candidate_idle_cpu_ms")}
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "trials"}), flush=True)
+    return rows
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, evaluate_candidate
-from cudal1.evaluator.contention import external_wait_s, sample, wait_stopped
+from cudal1.evaluator.contention import external_wait_s, sample
 from cudal1.evaluator.workers import cpu_core_for
 from cudal1.problems import Problem
 
@@ -116,13 +116,15 @@ def test_a_candidate_that_spins_while_the_reference_is_timed_is_rejected(quiet: 
 def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Path) -> None:
     """The candidate's worker is stopped while the reference is timed (EvalConfig.quiet_candidate): the
     kernel shows it stopped, and once resumed it answers its next command."""
-    from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+    from cudal1.evaluator.process import WorkerProcess, WorkerSpec, process_info
 
     with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
         worker.wait_ready(120)
 
         def state() -> str:
-            return Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            info = process_info(worker.pid)
+            assert info is not None
+            return info.state
 
         worker.pause()
         deadline = time.monotonic() + 5
@@ -133,9 +135,9 @@ def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Pat
         reply = worker.call({"cmd": "quiet"}, 20)
         assert reply["ok"] and state() != "T", reply
         # asked to, the worker stops itself right after its reply, with no word from the parent
-        assert wait_stopped(worker.pid, timeout_s=0.05) is False  # running, waiting for a command
+        assert worker.wait_stopped(timeout_s=0.05) is False  # running, waiting for a command
         reply = worker.call({"cmd": "quiet", "stop": True}, 20)
-        assert reply["ok"] and wait_stopped(worker.pid) is True and state() == "T", reply
+        assert reply["ok"] and worker.wait_stopped() is True and state() == "T", reply
         worker.resume()
         assert worker.call({"cmd": "quiet"}, 20)["ok"] and state() != "T"
 

@@ -15,7 +15,6 @@ its slow trials look contended, and have them measured again, gains nothing.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 # A batch in which the timed thread waited more than this share of its wall clock for a core held by
@@ -90,21 +89,3 @@ def process_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> floa
     used = sum(cpu - before.threads.get(tid, (0, 0))[0] for tid, (cpu, _) in after.threads.items())
     return max(0, used) / 1e9
 
-
-def wait_stopped(pid: int, timeout_s: float = 5.0) -> bool | None:
-    """Wait until the kernel shows ``pid`` stopped (state ``T``): a worker that stops itself right after a
-    reply reaches the stop a few microseconds after the parent reads it, or later on a busy host, and a
-    SIGCONT sent before would be lost, leaving it stopped for good. True once stopped; False when it did
-    not stop in ``timeout_s`` or has exited; None where /proc does not tell."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return None if not os.path.isdir("/proc/self") else False
-        if state in (b"T", b"t"):
-            return True
-        if state in (b"Z", b"X") or time.monotonic() > deadline:
-            return False
-        time.sleep(0.00005)

@@ -88,24 +88,24 @@ class ProcessInfo:
 
 def processes() -> list[ProcessInfo]:
     """Every process visible in /proc (those that vanish while read are skipped)."""
-    # Raw os calls: this runs after every command a worker answers, over every process of the host
+    return [info for name in os.listdir("/proc") if name.isdigit() and (info := process_info(int(name)))]
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """One process's line of /proc; None where it is gone or /proc does not tell."""
+    # Raw os calls: processes() runs after every command a worker answers, over every process of the host
     # (Path.read_text and Path.stat cost ~60 us a process; a busy GPU host has hundreds).
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                owner = os.fstat(fd).st_uid
-                raw = os.read(fd, 4096)
-            finally:
-                os.close(fd)
-            fields = raw.rsplit(b")", 1)[1].split()  # state ppid pgrp session ...
-        except (OSError, IndexError):
-            continue
-        found.append(ProcessInfo(int(name), fields[0].decode(), int(fields[1]), int(fields[3]), owner))
-    return found
+            owner = os.fstat(fd).st_uid
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        fields = raw.rsplit(b")", 1)[1].split()  # state ppid pgrp session ...
+    except (OSError, IndexError):
+        return None
+    return ProcessInfo(pid, fields[0].decode(), int(fields[1]), int(fields[3]), owner)
 
 class WorkerFailure(Exception):
     """The worker died, overran its bound, or broke protocol. ``kind`` is a Status value."""
@@ -363,6 +363,19 @@ class WorkerProcess:
     def resume(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGCONT)
+
+    def wait_stopped(self, timeout_s: float = 5.0) -> bool:
+        """Wait until /proc shows the worker stopped. A worker that stops itself after a reply gets there
+        microseconds after the parent reads it (later on a busy host), and a SIGCONT sent before that would
+        be lost, leaving it stopped for good. False when it did not stop in time, is gone, or /proc is absent."""
+        deadline = time.monotonic() + timeout_s
+        while (info := process_info(self.pid)) is not None and info.state not in ("Z", "X"):
+            if info.state in ("T", "t"):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.00005)
+        return False
 
     def kill(self) -> None:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample, wait_stopped
+from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample
 from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
@@ -127,7 +127,7 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
             reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
             if _SELF_STOP and reply.get("ok") is True:
-                wait_stopped(run.worker.pid)
+                run.worker.wait_stopped()
             run.worker.pause()
             check_reply(reply, "the device sync before the reference's batch")
             check_integrity(reply, run)

@@ -74,15 +74,10 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:  # noqa: BLE001 - the load makes it again and reports what fails there
             pass
     set_affinity(core)  # then onto its timed core, before any program code runs
-
-    def quiet(msg: dict) -> dict:
-        """The device drained of this program's work (a device-wide sync) before the parent stops the
-        process while the reference is timed (trials.py)."""
-        worker._sync()
-        return {"ok": True}
-
     handlers = {
-        "quiet": quiet,
+        # quiet: the device drained of this program's work before the parent stops the process while the
+        # reference is timed (trials.py); the loop below drains it, after the reply's integrity checks
+        "quiet": lambda msg: {"ok": True},
         "load": worker.load,
         "reference": worker.reference_outputs,
         "run": worker.run,
@@ -104,20 +99,21 @@ def main(argv: list[str] | None = None) -> None:
         except SyntaxError as exc:
             reply = {"ok": False, "kind": "compile_error", "error": f"SyntaxError: {exc}"}
         except BaseException as exc:  # noqa: BLE001 - every failure of untrusted code becomes a verdict
-            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            kind = "compile_error" if _is_build_error(exc) else "runtime_error"
-            if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-                text = f"out of memory: {text}"
-            reply = {"ok": False, "kind": kind, "error": text[-4000:], "traceback": traceback.format_exc()[-4000:]}
+            reply = _failure(exc)
         reply["violations"] = worker.violations() if worker.guards else {}
         if worker.builds is not None:
             reply["builds"] = worker.builds.summary()
         reply["nonce"] = msg.get("nonce")
-        stop = msg["cmd"] == "quiet" and bool(msg.get("stop")) and reply.get("ok") is True
-        if stop:
-            reply, stop = _drained(worker, reply)
+        drained = False
+        if msg["cmd"] == "quiet":
+            # As late as it can be: work a hidden thread queued while the checks above ran is waited for too
+            try:
+                worker._sync()
+                drained = True
+            except BaseException as exc:  # noqa: BLE001 - an asynchronous error of the candidate's kernels
+                reply |= _failure(exc)
         replies.write(send_json(reply) + "\n")
-        if stop:
+        if drained and msg.get("stop"):
             # The parent stops this process group too once it reads the reply; stopping here first leaves a
             # hidden thread only the microseconds since the sync above to queue device work beside the
             # reference's batch, not the reply's trip to the parent as well (trials._time_reference)
@@ -126,15 +122,13 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
 
 
-def _drained(worker: Worker, reply: dict) -> tuple[dict, bool]:
-    """The device drained again, as late as possible before the reply (the `quiet` handler drained it
-    first, and the integrity checks since took time); a failure there is the program's, as any sync's."""
-    try:
-        worker._sync()
-    except BaseException as exc:  # noqa: BLE001 - an asynchronous error of the candidate's kernels
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return reply | {"ok": False, "kind": "runtime_error", "error": text[-4000:]}, False
-    return reply, True
+def _failure(exc: BaseException) -> dict:
+    """The reply for a command that raised: its kind (a build error or a runtime error) and its text."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    kind = "compile_error" if _is_build_error(exc) else "runtime_error"
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        text = f"out of memory: {text}"
+    return {"ok": False, "kind": kind, "error": text[-4000:], "traceback": traceback.format_exc()[-4000:]}
 
 
 def _is_build_error(exc: BaseException) -> bool:
