@@ -229,11 +229,28 @@ def reference_sessions(config: EvalConfig):
 
 
 def evaluate(case: Case, config: EvalConfig, reference_sessions: Any, static_checks: bool) -> Evaluation:
+    """The verdict a user is shown: one evaluation, re-measured in a fresh process when its speedup is above
+    ``recheck_above``, as every path that publishes one does (a batch, ``evaluate-one``, the RL reward).
+    A single reading is not a published figure: CI's loaded 2-core machine once read an attack at 3.22x,
+    every trial contended (the host's load, not the attack's doing), which the re-check would have taken
+    again."""
     from cudal1.evaluator import evaluate_candidate
+    from cudal1.evaluator.core import ReferenceSession
+    from cudal1.evaluator.recheck import needs_recheck, recheck
+    from cudal1.evaluator.workers import default_extensions_root
 
     cfg = replace(config, static_checks=static_checks, **case.config)
-    reference = None if case.own_reference or case.config else reference_sessions(case.problem)
-    return evaluate_candidate(load_problem(case.problem), load_candidate(case), cfg, reference=reference)
+    problem, candidate = load_problem(case.problem), load_candidate(case)
+    shared = None if case.own_reference or case.config else reference_sessions(case.problem)
+    session = shared or ReferenceSession(problem, cfg)
+    try:
+        first = evaluate_candidate(problem, candidate, cfg, reference=session)
+        if not needs_recheck(first, cfg):
+            return first
+        return recheck(first, problem, candidate, cfg, default_extensions_root(), session)
+    finally:
+        if shared is None:
+            session.close()
 
 
 def describe(evaluation: Evaluation) -> str:
@@ -326,7 +343,10 @@ def test_reference_as_its_own_candidate_is_not_faster(stem: str, config: EvalCon
             evaluation = evaluate_candidate(problem, Candidate(problem.problem_id, source, origin="control"),
                                             config, reference=reference_sessions(stem))
             assert evaluation.status is Status.OK, describe(evaluation)
-            if "contended" not in evaluation.flags:
+            # A contended reading inside the strict bound shows no bias either: it is kept (CI once saw
+            # twelve contended ones over 150 s while the other test worker trained models).
+            if "contended" not in evaluation.flags or (evaluation.speedup is not None
+                                                       and 1 / HONEST <= evaluation.speedup <= HONEST):
                 return evaluation
             seen.append(evaluation)
             assert time.monotonic() + pause < deadline, (

@@ -30,7 +30,14 @@ from cudal1.evaluator.core import (
 )
 from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.recheck import Twins, expected_rechecks, out_of_memory, recheck, reference_failed
+from cudal1.evaluator.recheck import (
+    Twins,
+    expected_rechecks,
+    needs_recheck,
+    out_of_memory,
+    recheck,
+    reference_failed,
+)
 from cudal1.evaluator.schedule import (
     Ahead,
     DeviceQueue,
@@ -329,7 +336,7 @@ def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: Reference
     loaded ahead for its re-check (recheck.Twins), taken only when one is made."""
     try:
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
-        if result.ok and cfg.recheck_above is not None and (result.speedup or 0) > cfg.recheck_above:
+        if needs_recheck(result, cfg):
             result = recheck(result, problem, c, cfg, ext_root, session, ready())
     except ReferenceError as exc:
         result = reference_failed(problem, c, cfg, str(exc))

@@ -19,6 +19,12 @@ from cudal1.evaluator.timing import agreeing_pair, interval_of
 from cudal1.problems import Problem
 
 
+def needs_recheck(result: Evaluation, config: EvalConfig) -> bool:
+    """Whether ``result`` is re-measured before anyone is shown it: every path that publishes an
+    evaluation (a batch, ``evaluate-one``, the RL reward) re-checks a speedup above ``recheck_above``."""
+    return result.ok and config.recheck_above is not None and (result.speedup or 0.0) > config.recheck_above
+
+
 def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
             session: ReferenceSession, ready: Ahead[WorkerProcess] | None = None) -> Evaluation:
     """CUDA-L1's guard against lucky or hacked outliers: measure again, the candidate in a fresh process.
