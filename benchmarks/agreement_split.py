@@ -8,7 +8,8 @@ For every pair of runs, over the rows ok in both: |delta speedup| / speedup, poo
 split by the reference's time in the first run of each pair (median and 95th percentile per band), and
 by whether the two evaluations read the host's pace alike (``by_pace``), and a noise budget (``noise_budget``:
 each trial's own spread, the gap against the intervals, whether rows timed one after another move
-together). Then each row ok in every
+together), and what measuring a row at more than one sitting would buy (``sittings``: the runs split
+into two sides of k sittings each). Then each row ok in every
 run whose speedups spread by more than ``--moved`` (max / min - 1): its speedups, and the spread of the
 reference's and the candidate's own times. A row whose reference moved and whose candidate held follows
 the host's pace through its reference (a recurrent network's thousands of launches); one whose candidate
@@ -205,6 +206,46 @@ def noise_budget(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     return out
 
 
+def sittings(runs: list[dict[str, Evaluation]], most: int = 3) -> list[dict[str, Any]]:
+    """What measuring each row at more than one sitting would buy: the runs split into two disjoint sets of
+    ``k`` sittings each (every such split, for k = 1 up to ``most`` and half the runs), each side's speedup
+    the geometric mean of its sittings', and the two sides' agreement over the rows ok in every run of the
+    split (median and 95th percentile of |delta| / speedup, each the median over the splits). Noise that is
+    each sitting's own falls as 1/sqrt(k).
+
+    >>> def run(*speedups):
+    ...     return {f"r{i}": Evaluation(f"r{i}", "c", Status.OK, speedup=s) for i, s in enumerate(speedups)}
+    >>> [(s["sittings"], s["splits"], s["rows"]) for s in sittings([run(1.0, 2.0), run(1.1, 2.0), run(0.9, 2.0), run(1.0, 2.2)])]
+    [(1, 6, 2), (2, 3, 2)]
+    """
+    out = []
+    for k in range(1, min(most, len(runs) // 2) + 1):
+        medians, tails, rows = [], [], 0
+        for left in itertools.combinations(range(len(runs)), k):
+            rest = [i for i in range(len(runs)) if i not in left]
+            for right in itertools.combinations(rest, k):
+                if k == 1 and right[0] < left[0]:
+                    continue  # a pair once, not both ways round
+                if k > 1 and min(right) < min(left):
+                    continue
+                gaps = []
+                for pid in runs[left[0]]:
+                    rows_here = [runs[i].get(pid) for i in left + right]
+                    if not all(r is not None and r.status is Status.OK and r.speedup for r in rows_here):
+                        continue
+                    x = math.exp(statistics.fmean(math.log(r.speedup) for r in rows_here[:k]))  # type: ignore[union-attr, arg-type]
+                    y = math.exp(statistics.fmean(math.log(r.speedup) for r in rows_here[k:]))  # type: ignore[union-attr, arg-type]
+                    gaps.append(abs(y - x) / x)
+                if gaps:
+                    medians.append(statistics.median(gaps))
+                    tails.append(p95(gaps))
+                    rows = max(rows, len(gaps))
+        if medians:
+            out.append({"sittings": k, "splits": len(medians), "rows": rows,
+                        "median": round(statistics.median(medians), 4), "p95": round(statistics.median(tails), 4)})
+    return out
+
+
 def _spread(rows: list[Evaluation], key: str) -> float:
     values = [getattr(r, key) for r in rows]
     return round(max(values) / min(values) - 1, 4)
@@ -235,7 +276,7 @@ def main() -> None:
     runs = [load(r) for r in args.runs]
     report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
               "by_levels": by_levels(runs), "noise_budget": noise_budget(runs),
-              "pace_follow": pace_follow(runs[0]), "moved": moved(runs, args.moved)}
+              "pace_follow": pace_follow(runs[0]), "sittings": sittings(runs), "moved": moved(runs, args.moved)}
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
         print(f"reference {lo:g}-{hi:g} ms: {band['rows']:3d} rows, median {band['median']:.2%}, p95 {band['p95']:.2%}")
@@ -261,6 +302,9 @@ def main() -> None:
     if follow:
         print(f"first run, {len(follow)} rows with trial pace readings: the reference's trials follow the pace at "
               f"median r = {statistics.median(follow):.2f} ({sum(r >= 0.5 for r in follow)} rows at r >= 0.5)")
+    for s in report["sittings"]:
+        print(f"{s['sittings']} sitting(s) a side, geometric mean, {s['splits']} splits of the runs: "
+              f"median {s['median']:.2%}, p95 {s['p95']:.2%} (up to {s['rows']} rows)")
     for m in report["moved"]:
         print(f"{m['problem_id']:7s} speedups {m['speedups']}  reference moved {m['reference_spread']:.1%}, "
               f"candidate {m['candidate_spread']:.1%}")
