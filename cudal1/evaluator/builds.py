@@ -26,7 +26,8 @@ from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
 from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, processes, repo_root
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, repo_root
+from cudal1.evaluator.procfs import processes
 from cudal1.problems import Problem
 
 

@@ -23,6 +23,7 @@ from cudal1.evaluator.failfast import first_on_path
 from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
 from cudal1.evaluator.pch import cpath
+from cudal1.evaluator.procfs import process_info, processes
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -74,38 +75,6 @@ def _server_env(env: dict[str, str]) -> dict[str, str]:
     keyed by (a server started ahead is found again only where the two are derived alike)."""
     return {k: v for k, v in env.items() if k not in _PER_WORKER}
 
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """One line of /proc: what the harness needs to find the processes a worker started."""
-
-    pid: int
-    state: str
-    ppid: int
-    session: int
-    uid: int
-
-
-def processes() -> list[ProcessInfo]:
-    """Every process visible in /proc (those that vanish while read are skipped)."""
-    return [info for name in os.listdir("/proc") if name.isdigit() and (info := process_info(int(name)))]
-
-
-def process_info(pid: int) -> ProcessInfo | None:
-    """One process's line of /proc; None where it is gone or /proc does not tell."""
-    # Raw os calls: processes() runs after every command a worker answers, over every process of the host
-    # (Path.read_text and Path.stat cost ~60 us a process; a busy GPU host has hundreds).
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-        try:
-            owner = os.fstat(fd).st_uid
-            raw = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        fields = raw.rsplit(b")", 1)[1].split()  # state ppid pgrp session ...
-    except (OSError, IndexError):
-        return None
-    return ProcessInfo(pid, fields[0].decode(), int(fields[1]), int(fields[3]), owner)
 
 class WorkerFailure(Exception):
     """The worker died, overran its bound, or broke protocol. ``kind`` is a Status value."""
