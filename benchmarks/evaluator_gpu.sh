@@ -74,7 +74,7 @@ for step in ${STEPS:-overhead}; do
       cp "$OUT/evaluate_one_2.json" "$OUT/evaluate_one.json" 2>/dev/null; cat "$OUT"/evaluate_one_*.json ;;
     gpu-tests)
       stamp gpu-tests
-      python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
+      python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/gpu > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
     gpu-tests-eager)
       stamp gpu-tests-eager
       CUDAL1_GRAPH_INPUTS=0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests-eager.log" 2>&1

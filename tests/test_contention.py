@@ -147,8 +147,8 @@ def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Pat
 def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right_before_its_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trial's reference side runs: the reference's warm-up (the candidate idle and awake, its CPU
-    read), the candidate's device drained (`quiet`), the candidate stopped, the reference's timed batch,
-    the candidate resumed. Drained before the warm-up instead, a kernel a hidden thread queued during the
+    read), the candidate's device drained (`quiet`), the candidate stopped, the reference's timed batch
+    (its worker asked to wait for an idle device first, which it does on a GPU), the candidate resumed. Drained before the warm-up instead, a kernel a hidden thread queued during the
     warm-up would run on into the batch."""
     from cudal1.evaluator.process import WorkerProcess
     from cudal1.evaluator.workers import ReferenceSession
@@ -160,7 +160,9 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
 
         def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202 - passes through
             if only_cmd is None or (args and isinstance(args[0], dict) and args[0].get("cmd") == only_cmd):
-                events.append(label)
+                # a timed batch whose worker first waits for an idle device (idle_device.py)
+                idle = bool(args and isinstance(args[0], dict) and args[0].get("idle_device"))
+                events.append(label + ("+idle" if idle else ""))
             return original(self, *args, **kwargs)
         monkeypatch.setattr(cls, name, wrapper)
 
@@ -179,4 +181,23 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
     starts = [i for i, e in enumerate(events) if e == "quiet"]
     assert len(starts) >= config.timing_trials, events
     for i in starts:
-        assert events[i - 1:i + 4] == ["ref-warm", "quiet", "pause", "ref-time", "resume"], events[max(0, i - 2):i + 5]
+        assert events[i - 1:i + 4] == ["ref-warm", "quiet", "pause", "ref-time+idle", "resume"], events[max(0, i - 2):i + 5]
+    assert events.count("ref-time+idle") == len(starts), events  # only the batches the candidate is stopped for
+
+
+def test_a_device_kept_busy_after_the_stop_rejects_in_two_trials_and_an_idle_one_never() -> None:
+    """The reference's worker waits for its device before its batch (idle_device.py, on a GPU). A wait of
+    tens of microseconds is the probe itself; over idle_device.BUSY_MS it is work the candidate's stopped
+    process queued after its drain: one such trial may be a stray, two reject, whatever the CPU said."""
+    from cudal1.evaluator.checks import Run, Verdict
+    from cudal1.evaluator.timing import TrialPair
+    from cudal1.evaluator.trials import _check_idle
+
+    run = Run(None, None, EvalConfig(device="cpu"), None, None)  # type: ignore[arg-type]  # the checks read no worker
+    for _ in range(20):
+        _check_idle(run, TrialPair([1.0], [1.0], 0.02, 0.02, device_wait_ms=0.05))
+    _check_idle(run, TrialPair([1.0], [1.0], 0.02, 0.02, device_wait_ms=30.0))
+    with pytest.raises(Verdict) as caught:
+        _check_idle(run, TrialPair([1.0], [1.0], 0.02, 0.02, device_wait_ms=500.2))
+    assert caught.value.status is Status.REJECTED and "device was still busy" in caught.value.reason
+    assert "500.2 ms, in 2 trials" in caught.value.reason

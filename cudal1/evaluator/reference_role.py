@@ -7,10 +7,12 @@ torch and the standard library only: the GPU evaluation worker imports it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from cudal1.evaluator.idle_device import IdleDevice
 from cudal1.evaluator.probes import flatten
 
 _manual_seed = torch.manual_seed  # bound at import, before any program runs
@@ -23,6 +25,14 @@ class ReferenceRole:
     model: Any
     init: tuple[Any, int] | None
     device: torch.device
+    idle: IdleDevice | None = None  # made at the first batch that asks for it
+
+    def idle_device(self, sync: Callable[[], None]) -> IdleDevice:
+        """The probe of this worker's GPU that its timed batch first waits on, where the parent asks
+        (idle_device.py): the reference's worker, while the candidate's process is stopped."""
+        if self.idle is None:
+            self.idle = IdleDevice(self.device, sync)
+        return self.idle
 
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Reference role only: inputs and outputs for each seed, sent to the parent."""

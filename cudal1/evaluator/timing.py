@@ -11,6 +11,7 @@ from typing import Any
 from cudal1.candidates import Evaluation
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.contention import CONTENDED_SHARE, IDLE_WORK_MIN_S, IDLE_WORK_SHARE
+from cudal1.evaluator.idle_device import BUSY_MS
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class TrialPair:
     # window's wall clock (s)
     candidate_idle_cpu_s: float = 0.0
     idle_window_s: float = 0.0
+    # How long the reference's worker waited, right before its batch, for the device to answer fast with
+    # the candidate stopped (idle_device.py; 0 where it did not probe)
+    device_wait_ms: float = 0.0
 
     @property
     def candidate_worked(self) -> bool:
@@ -43,6 +47,17 @@ class TrialPair:
         False
         """
         return self.candidate_idle_cpu_s > max(IDLE_WORK_SHARE * self.idle_window_s, IDLE_WORK_MIN_S)
+
+    @property
+    def device_kept_busy(self) -> bool:
+        """Another process's work held the device after the candidate drained it and stopped.
+
+        >>> TrialPair([1.0], [1.0], 0.02, 0.02, device_wait_ms=0.04).device_kept_busy
+        False
+        >>> TrialPair([1.0], [1.0], 0.02, 0.02, device_wait_ms=30.0).device_kept_busy
+        True
+        """
+        return self.device_wait_ms > BUSY_MS
 
     @property
     def wait_share(self) -> float:

@@ -101,7 +101,8 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
         if not result.ok:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
-    pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle)
+    pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle,
+                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0))
     _check_idle(run, pair)
     return pair
 
@@ -132,7 +133,9 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             check_reply(reply, "the device sync before the reference's batch")
             check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
-        reply, wall, spots = run.reference.time(msg)
+        # On a GPU its worker first waits for the device to answer fast: the candidate's process is stopped,
+        # not work it queued on the device after its drain (idle_device.py)
+        reply, wall, spots = run.reference.time(msg | {"idle_device": True} if quiet else msg)
         after = sample(run.reference.worker.pid)
     finally:
         if quiet:
@@ -146,7 +149,16 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
     """Reject a candidate whose process kept working on the CPU while the reference was warmed up and
     timed, in IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a
     thread it left running (one ``threading`` does not count, or a native one) to take the core both
-    programs share from the reference. One such trial may be a stray wake-up."""
+    programs share from the reference. One such trial may be a stray wake-up. Likewise one whose stopped
+    process's work kept the device busy before the reference's batch (idle_device.py): its worker had
+    drained the device, so that work was queued after the drain, by a thread of its own."""
+    if pair.device_kept_busy:
+        run.device_waits.append(pair.device_wait_ms)
+        if len(run.device_waits) >= IDLE_WORK_TRIALS:
+            raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
+                          f"was stopped (the reference waited up to {max(run.device_waits):.1f} ms, in "
+                          f"{len(run.device_waits)} trials): device work queued outside its calls runs beside the "
+                          "reference's timed calls")
     if not pair.candidate_worked:
         return
     run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9))
@@ -220,6 +232,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
                              # the most CPU the candidate's process used while idle (_time_reference)
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
+    if any(p.device_wait_ms for p in timed):  # the longest the reference waited for its device (idle_device.py)
+        extra["device_wait_ms"] = round(max(p.device_wait_ms for p in timed), 3)
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra

@@ -303,6 +303,8 @@ class Worker(ReferenceRole):
         for seed in msg["warmup_seeds"]:
             self._forward(graph.draw(seed) if graph is not None else eager(seed))
         assert self.l2 is not None and self.model is not None
+        # the reference's worker: the candidate's stopped process left no work on the device (idle_device.py)
+        settled = self.idle_device(_device_sync).settle() if cuda and msg.get("idle_device") else {}
         self.l2.heat()
         self._sync()
         spot = set(msg.get("spot", []))
@@ -400,4 +402,4 @@ class Worker(ReferenceRole):
                 "have seen stale inputs)"]}
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
         return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
-                "call_ms": call_ms, "pace_ms": pace} | shipped
+                "call_ms": call_ms, "pace_ms": pace} | settled | shipped
