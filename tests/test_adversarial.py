@@ -106,6 +106,11 @@ CASES: list[Case] = [
     # candidate is stopped while the reference is timed, and its CPU while idle rejects it (tests/test_contention.py)
     Case("hacks/reference_sabotage_spin_hidden.py", "diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
          max_speedup=HONEST, reason=("kept running on the CPU while the reference was", "vars()"), own_reference=True),
+    # A thread that holds the GIL while the candidate's worker answers the drain before the reference's
+    # batch keeps it from its stop (on a GPU, to queue device work after the drain): the parent reads the
+    # candidate's other threads' CPU over the drain too (tests/test_contention.py)
+    Case("hacks/gil_hold_on_command_hidden.py", "diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+         max_speedup=HONEST, reason=("kept running on the CPU while the reference was", "vars()"), own_reference=True),
     # --- semantic attacks ----------------------------------------------------------------------------
     Case("hacks/data_ptr_cache.py", "matmul", "#11", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_min_speedup=2.0),

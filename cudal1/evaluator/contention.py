@@ -89,3 +89,17 @@ def process_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> floa
     used = sum(cpu - before.threads.get(tid, (0, 0))[0] for tid, (cpu, _) in after.threads.items())
     return max(0, used) / 1e9
 
+
+
+def other_threads_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> float:
+    """Seconds of CPU the threads other than the main one used between two samples: while the worker's
+    main thread answers a command, what the program's own threads did beside it. 0.0 when unknown.
+
+    >>> a = ThreadTimes(1, {1: (0, 0), 2: (1_000_000, 0)})
+    >>> other_threads_cpu_s(a, ThreadTimes(1, {1: (9_000_000, 0), 2: (3_000_000, 0), 3: (500_000, 0)}))
+    0.0025
+    """
+    if before is None or after is None or before.main != after.main:
+        return 0.0
+    used = sum(cpu - before.threads.get(tid, (0, 0))[0] for tid, (cpu, _) in after.threads.items() if tid != after.main)
+    return max(0, used) / 1e9

@@ -14,7 +14,13 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import IDLE_WORK_TRIALS, external_wait_s, process_cpu_s, sample
+from cudal1.evaluator.contention import (
+    IDLE_WORK_TRIALS,
+    external_wait_s,
+    other_threads_cpu_s,
+    process_cpu_s,
+    sample,
+)
 from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
@@ -111,16 +117,19 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
                     ) -> tuple[dict[str, Any], float, dict[str, Any], float, tuple[float, float]]:
     """The reference's warm-up and timed batch: its reply, wall clock, spot outputs and wait for its core,
     and the candidate's CPU while idle with the window it was read over (s). Its CPU is read over the
-    reference's warm-up, while it is idle but not stopped (over the batch too where not stopped). Then,
+    reference's warm-up, while it is idle but not stopped (over the batch too where not stopped), and its
+    threads but the main one over its drain and stop, which its main thread spends answering. Then,
     right before the batch, the candidate drains its device work and is stopped (EvalConfig.quiet_candidate):
     a thread it left behind can neither take the core both share nor queue device work beside the
     reference. Drained after the warm-up, not before it: device work a hidden thread queued during the
-    warm-up would otherwise run on into the batch. The worker stops itself right after its reply, so only
-    device work queued in the microseconds between its last sync and that stop is not drained."""
+    warm-up would otherwise run on into the batch. The worker stops itself right after its reply; device
+    work a thread queued between its last sync and that stop the reference's worker waits out before its
+    batch (idle_device.py)."""
     quiet = run.config.quiet_candidate
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
     cand_after, t1 = sample(run.worker.pid), time.perf_counter()
+    idle_cpu = process_cpu_s(cand_before, cand_after)
     try:
         if quiet:
             # Where /proc shows a process's state the worker stops its process group itself right after its
@@ -130,6 +139,10 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             if _SELF_STOP and reply.get("ok") is True:
                 run.worker.wait_stopped()
             run.worker.pause()
+            # Its other threads while its main thread drained and replied: one that held the GIL then kept
+            # the main thread from its stop (up to 5 ms) to queue device work after the drain
+            idle_cpu += other_threads_cpu_s(cand_after, sample(run.worker.pid))
+            t1 = time.perf_counter()
             check_reply(reply, "the device sync before the reference's batch")
             check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
@@ -142,7 +155,8 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             run.worker.resume()
     if not quiet:
         cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    return reply, wall, spots, external_wait_s(before, after), (process_cpu_s(cand_before, cand_after), t1 - t0)
+        idle_cpu = process_cpu_s(cand_before, cand_after)
+    return reply, wall, spots, external_wait_s(before, after), (idle_cpu, t1 - t0)
 
 
 def _check_idle(run: Run, pair: TrialPair) -> None:
@@ -164,8 +178,10 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
     run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9))
     if len(run.idle_work) >= IDLE_WORK_TRIALS:
         raise Verdict(Status.REJECTED, "the candidate's process kept running on the CPU while the reference was "
-                      f"warmed up and timed ({max(run.idle_work):.0%} of that time at most, in {len(run.idle_work)} "
-                      "trials): a thread left running between calls slows the reference on the core both share")
+                      "warmed up and timed, or a thread of its own while its worker drained the device before the "
+                      f"reference's batch ({max(run.idle_work):.0%} of that time at most, in {len(run.idle_work)} "
+                      "trials): a thread left running between calls slows the reference on the core both share, or "
+                      "keeps the worker from its stop to queue device work after the drain")
 
 
 def _pace(reply: dict[str, Any]) -> float:
