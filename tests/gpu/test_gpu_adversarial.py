@@ -80,6 +80,10 @@ GPU_CASES: list[GpuCase] = [
     # device and is stopped while the reference is timed (EvalConfig.quiet_candidate)
     GpuCase("late_kernel_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
             max_speedup=HONEST),
+    # a hidden thread that holds the GIL while the worker answers the drain, keeping it from its stop: its
+    # CPU over the drain is read with the warm-up's (the idle-CPU rule)
+    GpuCase("hacks/gil_hold_on_command_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
+            max_speedup=HONEST),
     GpuCase("legit_fused_kernel", "gpu_fused_chain", "-", OK, min_speedup=1.5),
     GpuCase("legit_rowscale", "gpu_diag_matmul", "-", OK, min_speedup=2.0),
     GpuCase("legit_side_stream_joined", "gpu_matmul", "-", OK, max_speedup=HONEST),
