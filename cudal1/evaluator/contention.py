@@ -90,7 +90,6 @@ def process_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> floa
     return max(0, used) / 1e9
 
 
-
 def other_threads_cpu_s(before: ThreadTimes | None, after: ThreadTimes | None) -> float:
     """Seconds of CPU the threads other than the main one used between two samples: while the worker's
     main thread answers a command, what the program's own threads did beside it. 0.0 when unknown.
