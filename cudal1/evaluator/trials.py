@@ -172,7 +172,8 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
             raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
                           f"was stopped (the reference waited up to {max(run.device_waits):.1f} ms, in "
                           f"{len(run.device_waits)} trials): device work queued outside its calls runs beside the "
-                          "reference's timed calls")
+                          "reference's timed calls (where another process uses this GPU, no program can be timed "
+                          "on it)")
     if not pair.candidate_worked:
         return
     run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9))
