@@ -224,10 +224,8 @@ def sittings(runs: list[dict[str, Evaluation]], most: int = 3) -> list[dict[str,
         for left in itertools.combinations(range(len(runs)), k):
             rest = [i for i in range(len(runs)) if i not in left]
             for right in itertools.combinations(rest, k):
-                if k == 1 and right[0] < left[0]:
-                    continue  # a pair once, not both ways round
-                if k > 1 and min(right) < min(left):
-                    continue
+                if min(right) < min(left):
+                    continue  # a split once, not both ways round
                 gaps = []
                 for pid in runs[left[0]]:
                     rows_here = [runs[i].get(pid) for i in left + right]

@@ -148,8 +148,9 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trial's reference side runs: the reference's warm-up (the candidate idle and awake, its CPU
     read), the candidate's device drained (`quiet`), the candidate stopped, the reference's timed batch
-    (its worker asked to wait for an idle device first, which it does on a GPU), the candidate resumed. Drained before the warm-up instead, a kernel a hidden thread queued during the
-    warm-up would run on into the batch."""
+    (its worker asked to wait for an idle device first, which it does on a GPU), the candidate resumed.
+    Drained before the warm-up instead, a kernel a hidden thread queued during the warm-up would run on
+    into the batch."""
     from cudal1.evaluator.process import WorkerProcess
     from cudal1.evaluator.workers import ReferenceSession
 

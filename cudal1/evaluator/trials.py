@@ -129,7 +129,7 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
     cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    idle_cpu = process_cpu_s(cand_before, cand_after)
+    cand_stopped = None
     try:
         if quiet:
             # Where /proc shows a process's state the worker stops its process group itself right after its
@@ -139,10 +139,7 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             if _SELF_STOP and reply.get("ok") is True:
                 run.worker.wait_stopped()
             run.worker.pause()
-            # Its other threads while its main thread drained and replied: one that held the GIL then kept
-            # the main thread from its stop (up to 5 ms) to queue device work after the drain
-            idle_cpu += other_threads_cpu_s(cand_after, sample(run.worker.pid))
-            t1 = time.perf_counter()
+            cand_stopped, t1 = sample(run.worker.pid), time.perf_counter()
             check_reply(reply, "the device sync before the reference's batch")
             check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
@@ -155,7 +152,10 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
             run.worker.resume()
     if not quiet:
         cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-        idle_cpu = process_cpu_s(cand_before, cand_after)
+    # Every thread over the warm-up (and the batch where not stopped); the threads but the main one over the
+    # drain and stop: one that held the GIL then kept the main thread from its stop (up to 5 ms) to queue
+    # device work after the drain
+    idle_cpu = process_cpu_s(cand_before, cand_after) + other_threads_cpu_s(cand_after, cand_stopped)
     return reply, wall, spots, external_wait_s(before, after), (idle_cpu, t1 - t0)
 
 
@@ -166,23 +166,24 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
     programs share from the reference. One such trial may be a stray wake-up. Likewise one whose stopped
     process's work kept the device busy before the reference's batch (idle_device.py): its worker had
     drained the device, so that work was queued after the drain, by a thread of its own."""
-    if pair.device_kept_busy:
-        run.device_waits.append(pair.device_wait_ms)
-        if len(run.device_waits) >= IDLE_WORK_TRIALS:
-            raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
-                          f"was stopped (the reference waited up to {max(run.device_waits):.1f} ms, in "
-                          f"{len(run.device_waits)} trials): device work queued outside its calls runs beside the "
-                          "reference's timed calls (where another process uses this GPU, no program can be timed "
-                          "on it)")
-    if not pair.candidate_worked:
-        return
-    run.idle_work.append(pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9))
-    if len(run.idle_work) >= IDLE_WORK_TRIALS:
+    if pair.device_kept_busy and _strike(run.device_waits, pair.device_wait_ms):
+        raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
+                      f"was stopped (the reference waited up to {max(run.device_waits):.1f} ms, in "
+                      f"{len(run.device_waits)} trials): device work queued outside its calls runs beside the "
+                      "reference's timed calls (where another process uses this GPU, no program can be timed "
+                      "on it)")
+    if pair.candidate_worked and _strike(run.idle_work, pair.candidate_idle_cpu_s / max(pair.idle_window_s, 1e-9)):
         raise Verdict(Status.REJECTED, "the candidate's process kept running on the CPU while the reference was "
                       "warmed up and timed, or a thread of its own while its worker drained the device before the "
                       f"reference's batch ({max(run.idle_work):.0%} of that time at most, in {len(run.idle_work)} "
                       "trials): a thread left running between calls slows the reference on the core both share, or "
                       "keeps the worker from its stop to queue device work after the drain")
+
+
+def _strike(seen: list[float], reading: float) -> bool:
+    """One more trial over a limit, recorded: True once IDLE_WORK_TRIALS of an evaluation have been."""
+    seen.append(reading)
+    return len(seen) >= IDLE_WORK_TRIALS
 
 
 def _pace(reply: dict[str, Any]) -> float:

@@ -114,9 +114,10 @@ def main(argv: list[str] | None = None) -> None:
                 reply |= _failure(exc)
         replies.write(send_json(reply) + "\n")
         if drained and msg.get("stop"):
-            # The parent stops this process group too once it reads the reply; stopping here first leaves a
-            # hidden thread only the microseconds since the sync above to queue device work beside the
-            # reference's batch, not the reply's trip to the parent as well (trials._time_reference)
+            # The parent stops this process group too once it reads the reply; stopping here first spares a
+            # hidden thread the reply's trip to the parent. What it queues on the device after the sync above
+            # (a thread holding the GIL delays this line) the reference's worker waits out (idle_device.py),
+            # and the parent reads its CPU over this command (trials._time_reference)
             os.killpg(0, signal.SIGSTOP)
     replies.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and destructors get no say
