@@ -263,14 +263,42 @@ def describe(evaluation: Evaluation) -> str:
             f"reason={evaluation.reason[:400]!r}")
 
 
+def honest_bound(case: Case, evaluation: Evaluation) -> float | None:
+    """The most a row's ok evaluation may read: its own bound, widened where the evaluator flags it noisy."""
+    if case.max_speedup is None:
+        return None
+    return max(case.max_speedup, NOISY_HONEST) if "noisy" in evaluation.flags else case.max_speedup
+
+
+# Pauses before each further evaluation of a row whose reading was over its bound with every trial contended
+CONTENDED_RETRY_PAUSES_S = (2.0, 8.0)
+
+
+def evaluate_settled(case: Case, config: EvalConfig, reference_sessions: Any, static_checks: bool) -> Evaluation:
+    """The row's evaluation, taken again after a pause where it read over the row's bound while the evaluator
+    flagged it "contended" (other processes held the timed core in too many trials to set them all aside):
+    such a reading is the host's load, not the program (CI's loaded machine read the matmul rows at
+    3.2-3.7x, re-check included). The last one is judged, so a program whose every reading is contended and
+    fast still fails."""
+    evaluation = evaluate(case, config, reference_sessions, static_checks)
+    for pause in CONTENDED_RETRY_PAUSES_S:
+        bound = honest_bound(case, evaluation)
+        if not (evaluation.ok and "contended" in evaluation.flags and bound is not None
+                and (evaluation.speedup or 0.0) > bound):
+            break
+        print(f"{case.name}: contended and over {bound}x, evaluated again: {describe(evaluation)}")
+        time.sleep(pause)
+        evaluation = evaluate(case, config, reference_sessions, static_checks)
+    return evaluation
+
+
 def check_verdict(case: Case, evaluation: Evaluation, allowed: frozenset[Status], full: bool = True) -> None:
     shown = describe(evaluation)
     print(f"{case.name}: {shown}")  # the observed verdict, shown by pytest -rA
     assert evaluation.status in allowed, f"{case.name} ({case.catalogue}): expected one of " \
         f"{sorted(s.value for s in allowed)}, got {shown}"
     if evaluation.status is Status.OK:
-        if case.max_speedup is not None:
-            bound = max(case.max_speedup, NOISY_HONEST) if "noisy" in evaluation.flags else case.max_speedup
+        if (bound := honest_bound(case, evaluation)) is not None:
             assert evaluation.speedup is not None and evaluation.speedup <= bound, \
                 f"{case.name}: accepted with a speed-up the candidate did not earn: {shown}"
         if case.min_speedup is not None:
@@ -290,7 +318,7 @@ SLOW_ROWS = {"scale_shift_cpp", "crash_cpp_compile_error", "crash_import_hang", 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.name in SLOW_ROWS else c
                                   for c in CASES], ids=lambda c: c.name)
 def test_full_protocol(case: Case, config: EvalConfig, reference_sessions: Any) -> None:
-    check_verdict(case, evaluate(case, config, reference_sessions, static_checks=True), case.expected)
+    check_verdict(case, evaluate_settled(case, config, reference_sessions, static_checks=True), case.expected)
 
 
 DYNAMIC_CASES = [c for c in CASES if c.dynamic is not None]
@@ -300,7 +328,8 @@ DYNAMIC_CASES = [c for c in CASES if c.dynamic is not None]
 @pytest.mark.parametrize("case", DYNAMIC_CASES, ids=lambda c: c.name)
 def test_dynamic_layer_alone(case: Case, config: EvalConfig, reference_sessions: Any) -> None:
     assert case.dynamic is not None
-    check_verdict(case, evaluate(case, config, reference_sessions, static_checks=False), case.dynamic, full=False)
+    check_verdict(case, evaluate_settled(case, config, reference_sessions, static_checks=False), case.dynamic,
+                  full=False)
 
 
 NAIVE_CASES = [c for c in CASES if c.passes_naive]
