@@ -135,6 +135,10 @@ def main() -> None:
         # warm-up in two trials: docs/evaluator.md), and the rows rejected for it
         "candidate_idle_cpu_ms_max": max((e.extra.get("candidate_idle_cpu_ms") or 0.0 for e in mine), default=None),
         "rejected_for_idle_work": sorted(e.problem_id for e in mine if "kept running on the CPU" in e.reason),
+        # the reference's waits for an idle device before its batches (idle_device.py; honest waits are the
+        # evaluator's own other workers on the device), and the rows rejected for a device kept busy
+        "device_wait_ms": spread([e.extra["device_wait_ms"] for e in mine if e.extra.get("device_wait_ms") is not None]),
+        "rejected_for_busy_device": sorted(e.problem_id for e in mine if "device was still busy" in e.reason),
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)
@@ -143,7 +147,7 @@ def main() -> None:
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    """Median, 90th percentile and max of per-evaluation seconds."""
+    """Median, 90th percentile and max of per-evaluation figures (seconds, or the waits in ms)."""
     if not values:
         return {}
     v = sorted(values)
