@@ -139,6 +139,8 @@ def main() -> None:
         # evaluator's own other workers on the device), and the rows rejected for a device kept busy
         "device_wait_ms": spread([e.extra["device_wait_ms"] for e in mine if e.extra.get("device_wait_ms") is not None]),
         "rejected_for_busy_device": sorted(e.problem_id for e in mine if "device was still busy" in e.reason),
+        # builds cached before the load and done again in it, with ninja's reason (extensions.CachedBuild)
+        "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)

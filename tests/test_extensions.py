@@ -16,6 +16,7 @@ from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.extensions import FAILED, install
+from cudal1.evaluator.failfast import first_on_path
 from cudal1.problems import Problem
 
 # Does not compile; the program falls back to PyTorch.
@@ -73,6 +74,45 @@ def test_a_name_made_from_the_process_id_builds_the_same_in_every_worker(monkeyp
         cpp.load_inline(f"kernel_v42_{os.getpid()}x", cpp_sources="int f();")  # positional, digits kept
     assert seen[0] == seen[2] == ("masked_cumsum_pid", "PYBIND11_MODULE(masked_cumsum_pid, m) {}")
     assert seen[1] == seen[3] == ("kernel_v42_pidx", "int f();")
+
+
+def test_a_cached_build_done_again_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A build folder that already holds its module is a cache hit; where the call writes the module again
+    the load says why, from ninja's own dry run before the call (real ninja; a copy stands in for the
+    compiler), and where torch changed the build's command lines, which lines."""
+    import shutil
+    import subprocess
+
+    if shutil.which("ninja") is None:
+        pytest.skip("needs ninja")
+    folder = tmp_path / "ext" / "kernel"
+    folder.mkdir(parents=True)
+    (folder / "kernel.cu").write_text("// kernel")
+
+    def ninja_file(flags: str) -> str:
+        return f"rule compile\n  command = cp $in $out # {flags}\nbuild kernel.so: compile kernel.cu\n"
+
+    def builder(name: str, flags: str = "-O2", **kwargs: object) -> str:  # torch's load_inline, in short
+        text = ninja_file(flags)
+        if not (folder / "build.ninja").is_file() or (folder / "build.ninja").read_text() != text:
+            (folder / "build.ninja").write_text(text)
+        subprocess.run(["ninja", "-C", str(folder)], check=True, capture_output=True)
+        return name
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("PATH", first_on_path(os.environ.get("PATH")) or "")  # the workers' fail-fast ninja first
+    monkeypatch.setattr(cpp, "load_inline", builder)
+    log = install(str(tmp_path / "ext"))
+    cpp.load_inline("kernel")  # the first build: nothing cached, nothing to say
+    cpp.load_inline("kernel")  # cached, loaded as it is
+    assert log.rebuilt == []
+    later = (folder / "kernel.so").stat().st_mtime_ns + 10**9
+    os.utime(folder / "kernel.cu", ns=(later, later))  # a source newer than its module
+    cpp.load_inline("kernel")
+    assert len(log.rebuilt) == 1 and log.rebuilt[0].startswith("kernel: ") and "kernel.cu" in log.rebuilt[0], log.rebuilt
+    cpp.load_inline("kernel", flags="-O3")  # torch writes another build.ninja: the command changed
+    assert "torch wrote another build.ninja" in log.rebuilt[1] and "-O3" in log.rebuilt[1], log.rebuilt
+    assert "rebuilt" in log.summary() and len(log.rebuilt) == 2
 
 
 PID_NAMED = """

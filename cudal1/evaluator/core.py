@@ -268,6 +268,8 @@ def evaluate_candidate(
         # Kept whatever the verdict: where the first call's cost and torch.compile's start went
         ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s")
                  if reply.get(k) is not None}
+        if (reply.get("builds") or {}).get("rebuilt"):  # a cached build done again, and ninja's reason
+            ready["cache_rebuilt"] = reply["builds"]["rebuilt"]
         result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
         tuned_wait, tuned_for = 0.0, None

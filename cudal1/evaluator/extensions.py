@@ -13,6 +13,12 @@ Two jobs:
   Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a
   failure to load a built module, so a transient problem is not frozen into the cache.
 
+- **Say why a cached build was done again.** A build whose folder already holds its module should load
+  it in a second; on one H200 L1-32's loaded in 57-75 s, cold and warm, where every earlier run loaded it
+  in 0.4-3.4 s (docs/gpu-runs.md#2026-11-28-idle-device), and the device waited behind that load. Before
+  such a call ninja is asked, in a dry run, what it would redo and why; after it, whether the module
+  was written again. The answer is the load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
+
 - **Name builds the same in every process.** Some programs name their extension after the process
   (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
   torch's cache, keyed by name, missed in every fresh worker and each load compiled again, 30-70 s on
@@ -32,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +54,14 @@ class BuildLog:
     calls: int = 0
     failed: list[str] = field(default_factory=list)  # builds that failed here (compiler errors)
     cached: list[str] = field(default_factory=list)  # builds answered from a failure remembered earlier
+    rebuilt: list[str] = field(default_factory=list)  # cached builds done again, and ninja's reason
 
     def summary(self) -> dict[str, Any]:
-        return {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
-                "first_error": error_lines((self.failed + self.cached or [""])[0])}
+        summary = {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
+                   "first_error": error_lines((self.failed + self.cached or [""])[0])}
+        if self.rebuilt:
+            summary["rebuilt"] = " | ".join(self.rebuilt)[:1200]
+        return summary
 
 
 def mentions_builds(source: str) -> bool:
@@ -149,6 +160,62 @@ def _renamed(sources: Any, old: str, new: str) -> Any:
     return sources
 
 
+def build_folder(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Path | None:
+    """Where torch builds this call's extension: its ``build_directory``, else TORCH_EXTENSIONS_DIR/name."""
+    if kwargs.get("build_directory"):
+        return Path(kwargs["build_directory"])
+    name, root = kwargs.get("name", args[0] if args else None), os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(root) / name if isinstance(name, str) and root else None
+
+
+@dataclass
+class CachedBuild:
+    """A build folder that held a built module before the call: what ninja said it would redo (a dry run
+    with ``-d explain``), and the module's and ``build.ninja``'s state, to see afterwards whether the call
+    built again and whether torch changed the build's command lines."""
+
+    folder: Path
+    explained: str
+    modules: dict[str, int]
+    ninja_file: str
+
+    @classmethod
+    def before(cls, folder: Path | None) -> CachedBuild | None:
+        if folder is None or not (folder / "build.ninja").is_file():
+            return None
+        modules = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+        if not modules:
+            return None
+        try:
+            dry = subprocess.run(["ninja", "-C", str(folder), "-n", "-d", "explain"], capture_output=True, text=True,
+                                 timeout=10)
+            # both streams: the workers' fail-fast ninja (failfast.py) passes ninja's stderr on its stdout; its
+            # warnings too ("build log version is too old; starting over": another ninja built it, and every
+            # command is done again)
+            explained = "" if "no work to do" in dry.stdout else "; ".join(
+                line.removeprefix("ninja explain: ").replace(str(folder) + "/", "")
+                for line in (dry.stdout + dry.stderr).splitlines()
+                if line.startswith(("ninja explain:", "ninja: warning:")))[:600]
+        except (OSError, subprocess.SubprocessError) as exc:
+            explained = f"(ninja's dry run failed: {exc})"
+        return cls(folder, explained, modules, (folder / "build.ninja").read_text(errors="replace"))
+
+    def after(self) -> str:
+        """Why the call wrote its module again, or '' where it loaded the cached one."""
+        try:
+            now = {p.name: p.stat().st_mtime_ns for p in self.folder.glob("*.so")}
+        except OSError:
+            return ""
+        if now == self.modules:
+            return ""
+        reason = self.explained
+        new_file = (self.folder / "build.ninja").read_text(errors="replace") if (self.folder / "build.ninja").is_file() else ""
+        if new_file != self.ninja_file:
+            changed = [line for line in new_file.splitlines() if line not in self.ninja_file.splitlines()]
+            reason = (reason + "; " if reason else "") + "torch wrote another build.ninja: " + " / ".join(changed)[:400]
+        return f"{self.folder.name}: " + (reason or "rebuilt, ninja gave no reason")
+
+
 def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
     @functools.wraps(original)
     def build(*args: Any, **kwargs: Any) -> Any:
@@ -159,8 +226,12 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
             message = marker.read_text(encoding="utf-8", errors="replace")
             log.cached.append(message)
             raise RuntimeError(message)
+        cached = CachedBuild.before(build_folder(args, kwargs))
         try:
-            return original(*args, **kwargs)
+            built = original(*args, **kwargs)
+            if cached is not None and (why := cached.after()):
+                log.rebuilt.append(why)
+            return built
         except BaseException as exc:
             if marker is not None and _is_compiler_failure(exc):
                 log.failed.append(str(exc))
