@@ -209,7 +209,8 @@ class CachedBuild:
         if now == self.modules:
             return ""
         reason = self.explained
-        new_file = (self.folder / "build.ninja").read_text(errors="replace") if (self.folder / "build.ninja").is_file() else ""
+        ninja_file = self.folder / "build.ninja"
+        new_file = ninja_file.read_text(errors="replace") if ninja_file.is_file() else ""
         if new_file != self.ninja_file:
             changed = [line for line in new_file.splitlines() if line not in self.ninja_file.splitlines()]
             reason = (reason + "; " if reason else "") + "torch wrote another build.ninja: " + " / ".join(changed)[:400]

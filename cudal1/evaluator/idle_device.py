@@ -13,8 +13,9 @@ while another process's kernel holds it (time slices last a millisecond or more)
 answers in a row are fast, up to a limit, so the batch runs on an idle device. An honest candidate's
 device is idle at once (its worker drained it before it stopped); the parent rejects a candidate whose
 stopped process kept the device busy over ``BUSY_MS`` in two trials (trials._check_idle), as it rejects
-one whose process kept working on the CPU: a shorter wait is the evaluator's own other workers on the
-device as often as the candidate's, and harmless either way, since the batch starts once it is over. Each evaluation records the longest wait (``device_wait_ms``).
+one whose process kept working on the CPU. A shorter wait may as well be the evaluator's own other
+workers on the device, and it is harmless either way: the batch starts once it is over. Each evaluation
+records the longest wait (``device_wait_ms``).
 
 torch and the standard library only: the GPU evaluation worker imports it.
 """
@@ -40,9 +41,10 @@ LIMIT_S = 0.5
 # under 0.1 ms): the evaluator's own other workers on the device (starting, loading ahead, exiting) hold it
 # for milliseconds at times. On the whole H200 release the reference waited a median 0.15 ms and at most
 # 8.3 ms, and a 1 ms limit rejected five honest programs over two runs, other rows each time
-# (docs/gpu-runs.md#2026-11-28-idle-device). What the candidate queued before its stop cannot reach the
-# batch whatever its length (the wait runs it out and a stopped process launches nothing more), so the
-# limit is for work that holds the device on and on: 50 ms is 25 time slices and 6x the longest honest wait.
+# (docs/gpu-runs.md#2026-11-28-idle-device). What the candidate queued before its stop reaches the batch
+# only if it outlasts the wait (LIMIT_S): the wait runs it out, and a stopped process launches nothing
+# more. So the limit is for work that holds the device on and on: 50 ms is 25 time slices and 6x the
+# longest honest wait.
 BUSY_MS = 50.0
 
 
