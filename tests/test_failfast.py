@@ -6,7 +6,9 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,24 @@ def test_the_shim_finds_the_real_ninja_past_itself() -> None:
     own = _shim()
     found = real_ninja(own, f"{own}{os.pathsep}{os.environ.get('PATH', '')}")
     assert found is not None and Path(found).parent != own
-    assert _ninja(own, "--version").stdout == _ninja(own, "--version", shim=False).stdout
+    beside = Path(sys.executable).parent / "ninja"  # the environment's own ninja first, whatever PATH says
+    expected = subprocess.run([str(beside) if beside.is_file() else "ninja", "--version"], capture_output=True,
+                              text=True).stdout
+    assert _ninja(own, "--version").stdout == expected
     assert first_on_path("/usr/bin") == f"{own}{os.pathsep}/usr/bin"  # a worker's PATH (process.py)
     assert first_on_path(None) == first_on_path("") == str(own)
+
+
+def test_the_shim_prefers_the_ninja_beside_its_interpreter_to_path(tmp_path: Path) -> None:
+    """Two ninja versions on one cache redo every command of each other's builds, so a worker's ninja does
+    not depend on whether the user's PATH has the environment's bin."""
+    own = _shim()
+    env_bin = tmp_path / "env-bin"
+    env_bin.mkdir()
+    assert real_ninja(own, "/usr/bin", beside=env_bin) == shutil.which("ninja", path="/usr/bin")  # none beside
+    (env_bin / "ninja").write_text("#!/bin/sh\n")
+    (env_bin / "ninja").chmod(0o755)
+    assert real_ninja(own, f"/usr/bin{os.pathsep}{env_bin}", beside=env_bin) == str(env_bin / "ninja")
 
 
 def test_a_failed_compile_stops_the_compiles_still_running(tmp_path: Path) -> None:

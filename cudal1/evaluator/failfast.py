@@ -31,8 +31,16 @@ from pathlib import Path
 GRACE_S = 0.5  # after "FAILED:", for ninja to print that compile's output before it is stopped
 
 
-def real_ninja(own_dir: Path, path: str | None = None) -> str | None:
-    """The ninja that PATH finds once this script's own directory is left out."""
+def real_ninja(own_dir: Path, path: str | None = None, beside: Path | None = None) -> str | None:
+    """The ninja beside this interpreter (pip's ``ninja``, which the package depends on), else the one PATH
+    finds once this script's own directory is left out. The same one whatever the user's PATH: a build log
+    written by another ninja version is read as too old (1.13 after 1.11) or its commands as changed (1.11
+    after 1.13), and every command of a cached build is done again. The CPU machine has both, /usr/bin's
+    and the environment's, so a PATH with the environment's bin and one without rebuilt each other's
+    extensions."""
+    own = (beside if beside is not None else Path(sys.executable).parent) / "ninja"
+    if own.is_file() and os.access(own, os.X_OK) and own.resolve().parent != own_dir:
+        return str(own)
     entries = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
     return shutil.which("ninja", path=os.pathsep.join(e for e in entries if e and Path(e).resolve() != own_dir))
 
