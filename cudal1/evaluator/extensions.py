@@ -133,7 +133,7 @@ def stable_name(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
     ('relu_v42',)
     """
     pid = os.getpid() if pid is None else pid
-    name = kwargs.get("name", args[0] if args else None)
+    name = _name(args, kwargs)
     if not isinstance(name, str):
         return args, kwargs
     stable = re.sub(rf"(?<!\d){pid}(?!\d)", "pid", name)
@@ -160,12 +160,22 @@ def _renamed(sources: Any, old: str, new: str) -> Any:
     return sources
 
 
+def _name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The extension's name as ``load_inline`` and ``load`` take it: keyword or first argument."""
+    return kwargs.get("name", args[0] if args else None)
+
+
 def build_folder(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Path | None:
     """Where torch builds this call's extension: its ``build_directory``, else TORCH_EXTENSIONS_DIR/name."""
     if kwargs.get("build_directory"):
         return Path(kwargs["build_directory"])
-    name, root = kwargs.get("name", args[0] if args else None), os.environ.get("TORCH_EXTENSIONS_DIR")
+    name, root = _name(args, kwargs), os.environ.get("TORCH_EXTENSIONS_DIR")
     return Path(root) / name if isinstance(name, str) and root else None
+
+
+def _modules(folder: Path) -> dict[str, int]:
+    """The built modules in a build folder, with their modification times (ns)."""
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
 
 
 @dataclass
@@ -183,7 +193,7 @@ class CachedBuild:
     def before(cls, folder: Path | None) -> CachedBuild | None:
         if folder is None or not (folder / "build.ninja").is_file():
             return None
-        modules = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+        modules = _modules(folder)
         if not modules:
             return None
         try:
@@ -203,10 +213,9 @@ class CachedBuild:
     def after(self) -> str:
         """Why the call wrote its module again, or '' where it loaded the cached one."""
         try:
-            now = {p.name: p.stat().st_mtime_ns for p in self.folder.glob("*.so")}
+            if _modules(self.folder) == self.modules:
+                return ""
         except OSError:
-            return ""
-        if now == self.modules:
             return ""
         reason = self.explained
         ninja_file = self.folder / "build.ninja"

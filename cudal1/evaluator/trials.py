@@ -250,8 +250,9 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
                              # the most CPU the candidate's process used while idle (_time_reference)
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
-    if any(p.device_wait_ms for p in timed):  # the longest the reference waited for its device (idle_device.py)
-        extra["device_wait_ms"] = round(max(p.device_wait_ms for p in timed), 3)
+    longest_wait = max((p.device_wait_ms for p in timed), default=0.0)
+    if longest_wait:  # the longest the reference waited for its device (idle_device.py)
+        extra["device_wait_ms"] = round(longest_wait, 3)
     if run.trace is not None:
         extra["trace"] = run.trace
     return best, extra
