@@ -12,7 +12,7 @@ import torch.utils.cpp_extension as cpp
 from ext_helpers import FAST, fallback_program, fixture_problem
 
 from cudal1.candidates import Candidate, Status
-from cudal1.evaluator import EvalConfig
+from cudal1.evaluator import EvalConfig, extensions
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.extensions import FAILED, install
@@ -113,6 +113,20 @@ def test_a_cached_build_done_again_says_why(monkeypatch: pytest.MonkeyPatch, tmp
     cpp.load_inline("kernel", flags="-O3")  # torch writes another build.ninja: the command changed
     assert "torch wrote another build.ninja" in log.rebuilt[1] and "-O3" in log.rebuilt[1], log.rebuilt
     assert "rebuilt" in log.summary() and len(log.rebuilt) == 2
+
+    # A load that takes long without building says so (L1-32 took 57-75 s on an H200 with its module cached)
+    monkeypatch.setattr(extensions, "SLOW_LOAD_S", 0.0)
+    earlier = (folder / "kernel.so").stat().st_mtime_ns - 10**9
+    os.utime(folder / "kernel.cu", ns=(earlier, earlier))  # the module up to date again
+    (folder / "lock").write_text("")
+    cpp.load_inline("kernel", flags="-O3")
+    assert log.rebuilt[2].startswith("kernel: nothing rebuilt, the cached module took"), log.rebuilt
+    assert "lock file was there" in log.rebuilt[2], log.rebuilt
+    (tmp_path / "ext" / "other").mkdir()
+    folder = tmp_path / "ext" / "other"
+    (folder / "kernel.cu").write_text("// kernel")
+    cpp.load_inline("other")  # nothing cached in its folder: built in the load
+    assert log.rebuilt[3].startswith("other: built in") and "no module was cached" in log.rebuilt[3], log.rebuilt
 
 
 PID_NAMED = """

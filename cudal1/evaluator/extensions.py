@@ -39,11 +39,13 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 FAILED = ".cudal1-failed-builds"
+SLOW_LOAD_S = 5.0  # a cached module loads in well under a second; a load this long is recorded
 _BUILD_PATH = re.compile(r"\S*/([^/\s]+\.(?:cpp|cu|cuh|h))\b")
 
 
@@ -54,7 +56,7 @@ class BuildLog:
     calls: int = 0
     failed: list[str] = field(default_factory=list)  # builds that failed here (compiler errors)
     cached: list[str] = field(default_factory=list)  # builds answered from a failure remembered earlier
-    rebuilt: list[str] = field(default_factory=list)  # cached builds done again, and ninja's reason
+    rebuilt: list[str] = field(default_factory=list)  # cached builds done again (ninja's reason) or slow to load
 
     def summary(self) -> dict[str, Any]:
         summary = {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
@@ -188,6 +190,7 @@ class CachedBuild:
     explained: str
     modules: dict[str, int]
     ninja_file: str
+    locked: bool = False  # torch's lock file was there: the call waits until whoever holds it is done
 
     @classmethod
     def before(cls, folder: Path | None) -> CachedBuild | None:
@@ -208,13 +211,19 @@ class CachedBuild:
                 if line.startswith(("ninja explain:", "ninja: warning:")))[:600]
         except (OSError, subprocess.SubprocessError) as exc:
             explained = f"(ninja's dry run failed: {exc})"
-        return cls(folder, explained, modules, (folder / "build.ninja").read_text(errors="replace"))
+        return cls(folder, explained, modules, (folder / "build.ninja").read_text(errors="replace"),
+                   (folder / "lock").exists())
 
-    def after(self) -> str:
-        """Why the call wrote its module again, or '' where it loaded the cached one."""
+    def after(self, took_s: float = 0.0) -> str:
+        """Why the call wrote its module again, or '' where it loaded the cached one (in under
+        ``SLOW_LOAD_S``: a cached module that took longer to load says so, and whether torch's lock was
+        held before the call)."""
         try:
             if _modules(self.folder) == self.modules:
-                return ""
+                if took_s < SLOW_LOAD_S:
+                    return ""
+                return (f"{self.folder.name}: nothing rebuilt, the cached module took {took_s:.1f} s to load"
+                        + ("; torch's lock file was there before the call" if self.locked else ""))
         except OSError:
             return ""
         reason = self.explained
@@ -236,11 +245,17 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
             message = marker.read_text(encoding="utf-8", errors="replace")
             log.cached.append(message)
             raise RuntimeError(message)
-        cached = CachedBuild.before(build_folder(args, kwargs))
+        where = build_folder(args, kwargs)
+        cached = CachedBuild.before(where)
         try:
+            started = time.perf_counter()
             built = original(*args, **kwargs)
-            if cached is not None and (why := cached.after()):
+            took = time.perf_counter() - started
+            if cached is not None and (why := cached.after(took)):
                 log.rebuilt.append(why)
+            elif cached is None and took >= SLOW_LOAD_S and where is not None:
+                # in a timed worker every build should have been done by its prebuild
+                log.rebuilt.append(f"{where.name}: built in {took:.1f} s, no module was cached there before")
             return built
         except BaseException as exc:
             if marker is not None and _is_compiler_failure(exc):

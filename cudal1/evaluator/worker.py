@@ -186,19 +186,22 @@ class Worker(ReferenceRole):
         if msg["role"] == "candidate":
             if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
                 self.builds = extensions.install(os.environ.get("TORCH_EXTENSIONS_DIR"))
+            imported = time.perf_counter()
             module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
+            import_s = time.perf_counter() - imported  # the program's own import, its builds included
             cls = getattr(module, "ModelNew", None)
             if cls is None:
                 return {"ok": False, "kind": "rejected", "error": "the candidate defines no class ModelNew"}
         else:
-            cls = self.reference.Model
+            cls, import_s = self.reference.Model, 0.0
         build_s = time.perf_counter() - t0
         self.init = (cls, msg["init_seed"])
         self.reset({})
         stateful = msg["role"] == "reference" and not build_only and self._stateful()
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
                 "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start,
-                "device_draws": self.counted is not None} | ({"device_draws_note": draws_note} if draws_note else {})
+                "device_draws": self.counted is not None, "import_s": round(import_s, 3)} | (
+                    {"device_draws_note": draws_note} if draws_note else {})
 
     def warm_compile(self) -> None:
         """torch.compile's own start, before the snapshot and before any program code: Inductor's imports
