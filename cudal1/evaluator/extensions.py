@@ -17,7 +17,9 @@ Two jobs:
   it in a second; on one H200 L1-32's loaded in 57-75 s, cold and warm, where every earlier run loaded it
   in 0.4-3.4 s (docs/gpu-runs.md#2026-11-28-idle-device), and the device waited behind that load. Before
   such a call ninja is asked, in a dry run, what it would redo and why; after it, whether the module
-  was written again. The answer is the load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
+  was written again; a call of ``SLOW_LOAD_S`` or more that wrote nothing says so (and whether torch's
+  lock file was there before it), and one whose folder held no module says that. The answer is the
+  load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
 
 - **Name builds the same in every process.** Some programs name their extension after the process
   (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
