@@ -11,6 +11,7 @@
 # With AGREE_WITH the same rows as that run are evaluated (a warm rerun) and compared with it. COLD=0 keeps
 # the build cache for a new RUN too (e.g. a cache filled by `build_floor.py --into-cache`, or the same rows
 # on another number of GPUs: EXTRA="--devices cuda:0,cuda:1"); by default a new RUN without AGREE_WITH is cold.
+# MIRROR=$OUT keeps a copy of RUN's files there as they grow (below).
 set -uo pipefail
 : "${RUN:?RUN=folder of the run}"
 RELEASE=${RELEASE:-carry/h100.jsonl}
@@ -27,6 +28,15 @@ if [ -n "${AGREE_WITH:-}" ]; then
   args=(--rows "$rows" --agree-with "$AGREE_WITH/results.jsonl" --costs-from "$AGREE_WITH/results.jsonl")
 fi
 before=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
+# MIRROR=DIR copies RUN's files to DIR/<RUN's name> every MIRROR_EVERY_S seconds (20) and at the end, so a
+# call stopped from outside (a machine's own time limit) still leaves its finished rows in DIR: results.jsonl
+# is replaced whole after every evaluation, so each copy is a complete file.
+mirror() { mkdir -p "$MIRROR/$(basename "$RUN")" && cp -p "$RUN"/* "$MIRROR/$(basename "$RUN")/" 2>/dev/null; }
+mirror_pid=
+if [ -n "${MIRROR:-}" ]; then
+  ( while sleep "${MIRROR_EVERY_S:-20}"; do mirror; done ) &
+  mirror_pid=$!
+fi
 s=$(date +%s.%N)
 timeout "${LIMIT_S:-540}" python3 benchmarks/release_eval.py --release "$RELEASE" --out "$RUN" "${args[@]}" ${EXTRA:-} \
   >> "$RUN/run.log" 2>&1
@@ -36,4 +46,5 @@ pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that does not match this 
 after=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
 python3 -c "import json,sys; print(json.dumps({'wall_s': round($e - $s, 1), 'evaluations_before': $before, 'evaluations_after': $after, 'stopped_by_limit': $rc == 124}))" \
   >> "$RUN/calls.jsonl"
+if [ -n "$mirror_pid" ]; then kill "$mirror_pid" 2>/dev/null; mirror; fi
 tail -n 1 "$RUN/calls.jsonl"; tail -n 1 "$RUN/run.log"
