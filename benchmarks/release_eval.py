@@ -170,8 +170,10 @@ def time_split(evaluations: list) -> dict[str, float]:
         for key in ("build_s", "eval_s"):
             split[key] = split.get(key, 0.0) + (getattr(e, key) or 0.0)
         # tuned_first_call_s (inside load_s): the self-tuning programs' first calls made alone (EvalConfig.tune_alone);
-        # row_s - eval_s: the device's time on a row beyond the evaluation kept (a re-check's other measurements)
-        for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s"):
+        # row_s - eval_s: the device's time on a row beyond the evaluation kept (a re-check's other measurements);
+        # import_s (inside build_s, the candidate worker's load before the program is constructed: its CUDA
+        # context, the inputs plan, the draws' check, the input graph, the import): the programs' own imports
+        for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s", "import_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
         if "row_s" in e.extra:
             split["row_beyond_kept_s"] = split.get("row_beyond_kept_s", 0.0) + \

@@ -94,3 +94,16 @@ def test_the_time_split_shows_the_first_calls_alone_and_the_rechecks() -> None:
     assert split["tuned_first_call_s"] == pytest.approx(11.0, abs=0.05)
     assert split["row_beyond_kept_s"] == pytest.approx(29.5, abs=0.1)
     assert split["tuned_first_call_s"] < split["load_s"]  # a part of the load phase
+
+
+def test_the_time_split_shows_the_programs_imports_inside_the_workers_load() -> None:
+    """The cold H200 run of 2026-11-28 (docs/gpu-runs.md#2026-11-28-cold-h200): the candidate workers' loads
+    before construction summed 92.3 s, the programs' own imports 2.1 s of it; runs from before the import
+    was recorded count none."""
+    from cudal1.candidates import load_evaluations
+
+    split = load_script("release_eval").time_split(load_evaluations(Path("docs/benchmarks/cold-h200/results.jsonl")))
+    assert split["build_s"] == pytest.approx(92.3, abs=0.05) and split["import_s"] == pytest.approx(2.1, abs=0.05)
+    older = load_script("release_eval").time_split(
+        load_evaluations(Path("docs/benchmarks/tune-alone-h100/quarter/atune-2/results.jsonl")))
+    assert older["import_s"] == 0.0
