@@ -175,6 +175,8 @@ def time_split(evaluations: list) -> dict[str, float]:
         # context, the inputs plan, the draws' check, the input graph, the import): the programs' own imports
         for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s", "import_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
+        for phase, seconds in (e.extra.get("prep_s") or {}).items():  # the worker's preparation, by phase
+            split[f"prep_{phase}_s"] = split.get(f"prep_{phase}_s", 0.0) + float(seconds)
         if "row_s" in e.extra:
             split["row_beyond_kept_s"] = split.get("row_beyond_kept_s", 0.0) + \
                 max(0.0, float(e.extra["row_s"]) - (e.eval_s or 0.0))

@@ -29,6 +29,10 @@ def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:
         assert e.extra["ready_wait_s"] >= 0.0 and e.extra["load_cmd_s"] > 0.0, e.extra
         # the program's own import, a part of its worker's load (inputs plan and snapshot are the rest)
         assert 0.0 <= e.extra["import_s"] <= e.build_s, (e.extra, e.build_s)
+        # and the harness's preparation before it, by phase, in order (the draws and graph are CUDA's: ~0 here)
+        assert list(e.extra["prep_s"]) == ["reference", "plan", "draws", "graph"], e.extra
+        assert all(v >= 0.0 for v in e.extra["prep_s"].values())
+        assert sum(e.extra["prep_s"].values()) + e.extra["import_s"] <= e.build_s + 0.01, (e.extra, e.build_s)
     # The device's time between evaluations is booked on the next one: the wait for a ready group and its
     # reference's load once a group (the first group's reference loads on the device loop: not nothing),
     # the wait for a build and the start of what comes next for every candidate.

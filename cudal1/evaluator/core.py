@@ -266,7 +266,7 @@ def evaluate_candidate(
         result = replace(result, build_s=reply.get("build_s"))
         run.warmed = reply.get("first_call_s") is not None
         # Kept whatever the verdict: where the first call's cost and torch.compile's start went
-        ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s", "import_s")
+        ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s", "import_s", "prep_s")
                  if reply.get(k) is not None}
         if (reply.get("builds") or {}).get("rebuilt"):  # a cached build done again, and ninja's reason
             ready["cache_rebuilt"] = reply["builds"]["rebuilt"]

@@ -160,6 +160,7 @@ class Worker(ReferenceRole):
         if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
             compile_start = "start" if self.compile_warmed else "load"
             self.warm_compile()
+        stamps = {"reference": time.perf_counter()}  # where the load's preparation goes (reply's prep_s)
         # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
         # A build worker times nothing: its warm-up call draws from get_inputs itself.
         self.plan = None
@@ -170,18 +171,21 @@ class Worker(ReferenceRole):
         except Exception:  # noqa: BLE001 - e.g. inputs that do not fit: get_inputs reports it where it always did
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+        stamps["plan"] = time.perf_counter()
         self.l2 = L2Flush(self.device, self.flush_l2)
         self.graphed, self.counted, draws_note = None, None, ""
         if msg.get("device_draws") and self.plan is not None and self.generator is not None:
             # the timed calls' draws by the harness's kernels, checked against get_inputs' (device_draws.py)
             self.counted, draws_note = device_draws.prepare(msg["device_draws"], self.plan, self.device,
                                                             _cpu_generator, self.generator, self.default_generator)
+        stamps["draws"] = time.perf_counter()
         flush_buffer = self.l2.buf if self.l2.enabled else None
         if msg.get("graph_inputs") and self.counted is not None:
             self.graphed = graphed.capture_counted(self.counted, self.device, flush_buffer)
         elif msg.get("graph_inputs") and self.plan is not None:
             self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator, flush_buffer,
                                            follow=self.default_generator)
+        stamps["graph"] = time.perf_counter()
         self._snapshot()
         if msg["role"] == "candidate":
             if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
@@ -200,7 +204,8 @@ class Worker(ReferenceRole):
         stateful = msg["role"] == "reference" and not build_only and self._stateful()
         return {"ok": True, "build_s": build_s, "load_s": time.perf_counter() - t0 - build_s,
                 "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start,
-                "device_draws": self.counted is not None, "import_s": round(import_s, 3)} | (
+                "device_draws": self.counted is not None, "import_s": round(import_s, 3),
+                "prep_s": {k: round(v - u, 3) for (k, v), u in zip(stamps.items(), [t0, *stamps.values()])}} | (
                     {"device_draws_note": draws_note} if draws_note else {})
 
     def warm_compile(self) -> None:
