@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -42,6 +41,7 @@ from cudal1.evaluator.batch import AHEAD, evaluate_many  # noqa: E402
 from cudal1.evaluator.schedule import expected_costs  # noqa: E402
 from cudal1.generation.templates import template_source  # noqa: E402
 from cudal1.problems import load_cudal1_release  # noqa: E402
+from cudal1.reports import percentile  # noqa: E402
 
 BASELINES = {"cuda_graph": ("cuda_graph", None), "compile-default": ("compile", "default"),
              "compile-reduce-overhead": ("compile", "reduce-overhead")}
@@ -140,7 +140,8 @@ def main() -> None:
         # evaluator's own other workers on the device), and the rows rejected for a device kept busy
         "device_wait_ms": spread([e.extra["device_wait_ms"] for e in mine if e.extra.get("device_wait_ms") is not None]),
         "rejected_for_busy_device": sorted(e.problem_id for e in mine if "device was still busy" in e.reason),
-        # builds cached before the load and done again in it, with ninja's reason (extensions.CachedBuild)
+        # builds cached before the load and done again in it (ninja's reason), or loads of 5 s or more in the
+        # extension builder (extensions.CachedBuild, extensions._wrap)
         "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
     }
     if args.agree_with is not None:
@@ -150,17 +151,16 @@ def main() -> None:
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    """Median, 90th percentile (nearest rank) and max of per-evaluation figures (seconds, or the waits in ms).
+    """Median, 90th percentile (the reports' interpolated one) and max of per-evaluation figures (seconds,
+    or the waits in ms).
 
     >>> spread([2.0, 20.0])
-    {'median': 11.0, 'p90': 20.0, 'max': 20.0}
+    {'median': 11.0, 'p90': 18.2, 'max': 20.0}
     """
     if not values:
         return {}
-    v = sorted(values)
-    # nearest rank: the value at or above 90% of them (an index rounded down read the smallest of two)
-    return {"median": round(statistics.median(v), 2), "p90": round(v[math.ceil(0.9 * len(v)) - 1], 2),
-            "max": round(v[-1], 2)}
+    return {"median": round(statistics.median(values), 2), "p90": round(percentile(values, 90), 2),
+            "max": round(max(values), 2)}
 
 
 def time_split(evaluations: list) -> dict[str, float]:
@@ -171,8 +171,8 @@ def time_split(evaluations: list) -> dict[str, float]:
             split[key] = split.get(key, 0.0) + (getattr(e, key) or 0.0)
         # tuned_first_call_s (inside load_s): the self-tuning programs' first calls made alone (EvalConfig.tune_alone);
         # row_s - eval_s: the device's time on a row beyond the evaluation kept (a re-check's other measurements);
-        # import_s (inside build_s, the candidate worker's load before the program is constructed: its CUDA
-        # context, the inputs plan, the draws' check, the input graph, the import): the programs' own imports
+        # import_s (inside build_s, the candidate worker's load before the program is constructed, whose other
+        # parts are prep_s's phases): the programs' own imports
         for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s", "import_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
         for phase, seconds in (e.extra.get("prep_s") or {}).items():  # the worker's preparation, by phase

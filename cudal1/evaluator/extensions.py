@@ -216,7 +216,7 @@ class CachedBuild:
         return cls(folder, explained, modules, (folder / "build.ninja").read_text(errors="replace"),
                    (folder / "lock").exists())
 
-    def after(self, took_s: float = 0.0) -> str:
+    def after(self, took_s: float) -> str:
         """Why the call wrote its module again, or '' where it loaded the cached one (in under
         ``SLOW_LOAD_S``: a cached module that took longer to load says so, and whether torch's lock was
         held before the call)."""
