@@ -95,6 +95,12 @@ class EvalConfig:
     # against 4.2-4.6 ms); the runs' walls were the same (147.5-160.5 s against 150.8-157.3 s), the tuned
     # first calls 11-13 s a run (docs/gpu-runs.md#2026-11-27-tune-alone).
     tune_alone: bool = True
+    # A worker's load prepares the reference's inputs (the reference's import, the inputs plan and its
+    # check, the harness's draws and their check, the input graph) on the cores no device times on, and
+    # moves back to its device's timed core before any program code runs. On that one core the
+    # preparation queued behind the other loads ahead and the timed candidate's checks, and timing waits
+    # for the loads ahead (0.27 s a load of preparation on a sample of the release, docs/evaluator.md).
+    spare_prep: bool = True
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -183,7 +189,7 @@ class EvalConfig:
         # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
         # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone"}
+                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone", "spare_prep"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property

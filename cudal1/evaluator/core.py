@@ -175,7 +175,7 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
                          "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
                          "device_draws": draws_path(config) if not build_only else None,
-                         "build_only": build_only},  # no plan, so no graph either
+                         "build_only": build_only, "spare_prep": config.spare_prep},  # build_only: no plan, so no graph
                         config.build_timeout_s + config.load_timeout_s)
     # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
     reply |= {"ready_wait_s": round(t1 - t0, 3), "load_cmd_s": round(time.perf_counter() - t1, 3)}

@@ -6,6 +6,8 @@ evaluation worker (worker_main) and the parent both use it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def timed_core(device: str, core: int | None = None) -> int | None:
@@ -45,3 +47,21 @@ def set_affinity(cores: int | set[int] | None) -> None:
         os.sched_setaffinity(0, {cores} if isinstance(cores, int) else cores)
     except OSError:
         pass
+
+
+@contextmanager
+def on_cores(cores: set[int] | None) -> Iterator[None]:
+    """This thread on ``cores`` for the block, back on the cores it had after it (also when the block
+    raises); a no-op for None. A GPU worker's load prepares the reference's inputs (the plan, the
+    harness's draws, the input graph) on its spare cores before any program code runs: on its device's
+    timed core that preparation queued behind the other loads ahead and the timed candidate's checks, all
+    on that one core, while timing waited for the loads (EvalConfig.spare_prep)."""
+    if cores is None or not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    set_affinity(cores)
+    try:
+        yield
+    finally:
+        set_affinity(before)

@@ -273,9 +273,17 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
     return build
 
 
+def builder() -> Any:
+    """``torch.utils.cpp_extension``, imported on first use (a worker whose program builds nothing never
+    pays for it)."""
+    import torch.utils.cpp_extension as cpp
+
+    return cpp
+
+
 def install(extensions_dir: str | None) -> BuildLog:
     """Wrap ``torch.utils.cpp_extension.load_inline`` and ``load`` (before the candidate imports them)."""
-    import torch.utils.cpp_extension as cpp
+    cpp = builder()
 
     log = BuildLog()
     folder = Path(extensions_dir) / FAILED if extensions_dir else None

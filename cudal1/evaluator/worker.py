@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import device_draws, extensions, graphed, inputs, probes, transport
+from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
+from cudal1.evaluator.cores import on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
@@ -123,6 +124,7 @@ class Worker(ReferenceRole):
         self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
+        self.spare_cores: set[int] | None = None  # a GPU worker's cores away from its timed one (worker_main)
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -152,43 +154,28 @@ class Worker(ReferenceRole):
     # --- commands ----------------------------------------------------------------------------------
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        self.reference = _load_module(msg["reference_path"], "cudal1_reference")
-        if self.device.type == "cuda":
-            torch.zeros(1, device=self.device)  # create the context before the snapshot
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
-        compile_start = None  # where torch.compile's own start was made: at the worker's start, or here
-        if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
-            compile_start = "start" if self.compile_warmed else "load"
-            self.warm_compile()
-        stamps = {"reference": time.perf_counter()}  # where the load's preparation goes (reply's prep_s)
-        # Recorded from the trusted reference before any candidate code runs, and checked bit-identical.
-        # A build worker times nothing: its warm-up call draws from get_inputs itself.
-        self.plan = None
-        try:
-            if not build_only:
-                self.plan = inputs.record(self.reference.get_inputs, self.device, _cpu_generator, self.generator,
-                                          default_generator=self.default_generator)
-        except Exception:  # noqa: BLE001 - e.g. inputs that do not fit: get_inputs reports it where it always did
+        # The harness's preparation on the spare cores (EvalConfig.spare_prep), back on the timed core
+        # before any program code runs
+        with on_cores(self.spare_cores if msg.get("spare_prep") and not build_only else None):
+            self.reference = _load_module(msg["reference_path"], "cudal1_reference")
             if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-        stamps["plan"] = time.perf_counter()
-        self.l2 = L2Flush(self.device, self.flush_l2)
-        self.graphed, self.counted, draws_note = None, None, ""
-        if msg.get("device_draws") and self.plan is not None and self.generator is not None:
-            # the timed calls' draws by the harness's kernels, checked against get_inputs' (device_draws.py)
-            self.counted, draws_note = device_draws.prepare(msg["device_draws"], self.plan, self.device,
-                                                            _cpu_generator, self.generator, self.default_generator)
-        stamps["draws"] = time.perf_counter()
-        flush_buffer = self.l2.buf if self.l2.enabled else None
-        if msg.get("graph_inputs") and self.counted is not None:
-            self.graphed = graphed.capture_counted(self.counted, self.device, flush_buffer)
-        elif msg.get("graph_inputs") and self.plan is not None:
-            self.graphed = graphed.capture(self.plan, self.device, _cpu_generator, self.generator, flush_buffer,
-                                           follow=self.default_generator)
-        stamps["graph"] = time.perf_counter()
+                torch.zeros(1, device=self.device)  # create the context before the snapshot
+            compile_start = None  # where torch.compile's own start was made: at the worker's start, or here
+            if msg["role"] == "candidate" and not build_only and uses_compile(msg["candidate_path"]):
+                compile_start = "start" if self.compile_warmed else "load"
+                self.warm_compile()
+            builds = msg["role"] == "candidate" and extensions.mentions_builds(
+                Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace"))
+            if builds and not build_only:
+                extensions.builder()  # torch's builder imported here, for install below (0.1 s alone)
+            stamps = {"reference": time.perf_counter()}  # where the load's preparation goes (reply's prep_s)
+            ready = preparation.prepare(self.reference.get_inputs, self.device, msg, None if build_only else (
+                _cpu_generator, self.generator, self.default_generator), self.flush_l2, stamps)
+        self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
         self._snapshot()
         if msg["role"] == "candidate":
-            if extensions.mentions_builds(Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace")):
+            if builds:
                 self.builds = extensions.install(os.environ.get("TORCH_EXTENSIONS_DIR"))
             imported = time.perf_counter()
             module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
@@ -206,7 +193,7 @@ class Worker(ReferenceRole):
                 "graphed": self.graphed is not None, "stateful": stateful, "compile_start": compile_start,
                 "device_draws": self.counted is not None, "import_s": round(import_s, 3),
                 "prep_s": {k: round(v - u, 3) for (k, v), u in zip(stamps.items(), [t0, *stamps.values()])}} | (
-                    {"device_draws_note": draws_note} if draws_note else {})
+                    {"device_draws_note": ready.draws_note} if ready.draws_note else {})
 
     def warm_compile(self) -> None:
         """torch.compile's own start, before the snapshot and before any program code: Inductor's imports

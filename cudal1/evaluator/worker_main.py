@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         set_affinity({int(c) for c in args.cores.split(",")})
     # A GPU worker's start (CUDA context, torch.compile's start) runs on the cores no device times on: a
     # batch starts workers while another candidate is timed, and on its timed core they would share it
-    set_affinity(spare_cores() if core is not None and args.device.startswith("cuda") else core)
+    spare = spare_cores() if core is not None and args.device.startswith("cuda") else None
+    set_affinity(spare if spare is not None else core)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
     worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
             worker.warm_compile()
         except Exception:  # noqa: BLE001 - the load makes it again and reports what fails there
             pass
+    worker.spare_cores = spare  # where its loads prepare the reference's inputs (EvalConfig.spare_prep)
     set_affinity(core)  # then onto its timed core, before any program code runs
     handlers = {
         # quiet: the device drained of this program's work before the parent stops the process while the

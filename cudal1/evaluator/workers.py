@@ -229,7 +229,7 @@ class ReferenceSession:
             self.worker.wait_ready(self.config.load_timeout_s)
             reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
                                       "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs,
-                                      "device_draws": draws_path(self.config)},
+                                      "device_draws": draws_path(self.config), "spare_prep": self.config.spare_prep},
                                      self.config.build_timeout_s)
         except WorkerFailure as exc:
             self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
