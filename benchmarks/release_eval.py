@@ -174,8 +174,11 @@ def time_split(evaluations: list) -> dict[str, float]:
         # tuned_first_call_s (inside load_s): the self-tuning programs' first calls made alone (EvalConfig.tune_alone);
         # row_s - eval_s: the device's time on a row beyond the evaluation kept (a re-check's other measurements);
         # import_s (inside build_s, the candidate worker's load before the program is constructed, whose other
-        # parts are prep_s's phases): the programs' own imports
-        for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s", "import_s"):
+        # parts are prep_s's phases): the programs' own imports;
+        # load_cmd_s and first_call_s: the loads' commands and the first calls of the loads ahead, the device
+        # work that wait_s waits for beyond what ran beside the correctness trials
+        for key in ("load_s", "tuned_first_call_s", "correctness_s", "wait_s", "timing_s", "import_s", "load_cmd_s",
+                    "first_call_s"):
             split[key] = split.get(key, 0.0) + float(e.extra.get(key, 0.0))
         for phase, seconds in (e.extra.get("prep_s") or {}).items():  # the worker's preparation, by phase
             split[f"prep_{phase}_s"] = split.get(f"prep_{phase}_s", 0.0) + float(seconds)

@@ -107,3 +107,16 @@ def test_the_time_split_shows_the_programs_imports_inside_the_workers_load() -> 
     older = load_script("release_eval").time_split(
         load_evaluations(Path("docs/benchmarks/tune-alone-h100/quarter/atune-2/results.jsonl")))
     assert older["import_s"] == 0.0
+
+
+def test_the_time_split_shows_the_loads_work_beside_what_it_can_hide_behind() -> None:
+    """A warm arm of the spare-prep sample (docs/gpu-runs.md#2026-11-28-spare-prep): the loads ahead did
+    13.0 s of load commands and 12.1 s of first calls, beside 4.7 s of correctness trials, and the device
+    waited 16.4 s for them."""
+    from cudal1.candidates import load_evaluations
+
+    split = load_script("release_eval").time_split(
+        load_evaluations(Path("docs/benchmarks/spare-prep-h200/aon-0/results.jsonl")))
+    assert split["load_cmd_s"] == pytest.approx(13.0, abs=0.05) and split["first_call_s"] == pytest.approx(12.1, abs=0.05)
+    assert split["correctness_s"] == pytest.approx(4.7, abs=0.05) and split["wait_s"] == pytest.approx(16.4, abs=0.05)
+    assert split["load_cmd_s"] + split["first_call_s"] - split["correctness_s"] > split["wait_s"]
