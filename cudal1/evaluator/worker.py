@@ -169,7 +169,8 @@ class Worker(ReferenceRole):
                 Path(msg["candidate_path"]).read_text(encoding="utf-8", errors="replace"))
             if builds and not build_only:
                 extensions.builder()  # torch's builder imported here, for install below (0.1 s alone)
-            stamps = {"reference": time.perf_counter()}  # where the load's preparation goes (reply's prep_s)
+            # where the load's preparation goes (reply's prep_s; "reference" holds the builder's import too)
+            stamps = {"reference": time.perf_counter()}
             ready = preparation.prepare(self.reference.get_inputs, self.device, msg, None if build_only else (
                 _cpu_generator, self.generator, self.default_generator), self.flush_l2, stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
