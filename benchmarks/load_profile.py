@@ -28,11 +28,6 @@ from pathlib import Path
 from typing import Any
 
 
-def _release_rows(release: str) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(line) for line in Path(release).read_text().splitlines() if line.strip()]
-    return {f"L{r['level_id']}-{r['task_id']}": r for r in rows}
-
-
 def child_load(reference: str, candidate: str, draws: str | None) -> dict[str, Any]:
     """One load in this (fresh) process, profiled; its reply's prep_s and the slowest functions."""
     import torch
@@ -57,7 +52,7 @@ def child_load(reference: str, candidate: str, draws: str | None) -> dict[str, A
                  reverse=True)
     return {"wall_s": round(wall, 3), "ok": reply.get("ok"), "prep_s": reply.get("prep_s"),
             "import_s": reply.get("import_s"), "build_s": round(reply.get("build_s", 0.0), 3),
-            "top_cumulative_s": [[round(s, 3), name] for s, name in top[:30] if s >= 0.005]}
+            "top_cumulative_s": [[round(s, 3), name] for s, name in top[:30]]}  # no floor: a small load's too
 
 
 def builder_import() -> dict[str, Any]:
@@ -92,7 +87,9 @@ def main() -> None:
 
     draws = draws_path(EvalConfig(device=args.device)) or ""
     os.environ["LOAD_PROFILE_DEVICE"] = args.device
-    release = _release_rows(args.release)
+    from cudal1.problems import load_cudal1_release
+
+    release = {r.problem.problem_id: r for r in load_cudal1_release(args.release) if r.candidate_source}
     out: dict[str, Any] = {"loads": {}, "builder": []}
     # the child runs in the row's folder: the package by an absolute path
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
@@ -101,8 +98,8 @@ def main() -> None:
         for pid in [r for r in args.rows.split(",") if r]:
             folder = Path(tmp) / pid
             folder.mkdir()
-            (folder / "reference.py").write_text(release[pid]["ref_code"])
-            (folder / "candidate.py").write_text(release[pid]["custom_code"])
+            (folder / "reference.py").write_text(release[pid].problem.source)
+            (folder / "candidate.py").write_text(release[pid].candidate_source or "")
             done = subprocess.run([sys.executable, __file__, "--release", args.release, "--child",
                                    str(folder / "reference.py"), str(folder / "candidate.py"), draws],
                                   capture_output=True, text=True, cwd=folder, env=env)

@@ -5,6 +5,7 @@ asks for it on a GPU's host, so these tests hand a CPU worker spare cores of the
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -71,8 +72,7 @@ def test_a_loads_preparation_runs_on_the_spare_cores_and_the_program_on_the_work
     (tmp_path / "candidate.py").write_text(CANDIDATE)
     own = os.sched_getaffinity(0)
     spare = {min(own)}
-    worker = Worker("cpu", 1, flush_l2=False)
-    worker.spare_cores = spare  # worker_main gives a GPU worker its host's spare cores
+    worker = Worker("cpu", 1, flush_l2=False, spare_cores=spare)  # worker_main gives a GPU worker its host's
     reply = worker.load({"role": "candidate", "reference_path": str(tmp_path / "reference.py"),
                          "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0,
                          "spare_prep": spare_prep})
@@ -80,7 +80,7 @@ def test_a_loads_preparation_runs_on_the_spare_cores_and_the_program_on_the_work
     prepared_on = worker.reference.SEEN[0]  # the plan's recording called get_inputs
     assert prepared_on == sorted(spare if spare_prep else own)
     candidate = worker.init[0]
-    module = __import__("sys").modules[candidate.__module__]
+    module = sys.modules[candidate.__module__]
     assert module.AT_IMPORT == sorted(own) and module.BUILT == [sorted(own)]  # program code: the worker's own
     assert os.sched_getaffinity(0) == own
 

@@ -99,7 +99,8 @@ class EvalConfig:
     # check, the harness's draws and their check, the input graph) on the cores no device times on, and
     # moves back to its device's timed core before any program code runs. On that one core the
     # preparation queued behind the other loads ahead and the timed candidate's checks, and timing waits
-    # for the loads ahead (0.27 s a load of preparation on a sample of the release, docs/evaluator.md).
+    # for the loads ahead. On every fifth release row on an H200 the preparation went from 0.50 to 0.25 s a
+    # load and the correctness trials beside it from 7.0 to 4.7 s (docs/gpu-runs.md#2026-11-28-spare-prep).
     spare_prep: bool = True
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every

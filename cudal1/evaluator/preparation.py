@@ -44,14 +44,14 @@ def prepare(get_inputs: Callable[[], list[Any]], device: torch.device, msg: dict
     stamps["plan"] = time.perf_counter()
     l2 = L2Flush(device, flush_l2)
     counted, draws_note, captured = None, "", None
-    if msg.get("device_draws") and plan is not None and generators is not None and generators[1] is not None:
+    if msg.get("device_draws") and plan is not None and generators[1] is not None:  # a plan: generators given
         # the timed calls' draws by the harness's kernels, checked against get_inputs' (device_draws.py)
         counted, draws_note = device_draws.prepare(msg["device_draws"], plan, device, *generators)
     stamps["draws"] = time.perf_counter()
     flush_buffer = l2.buf if l2.enabled else None
     if msg.get("graph_inputs") and counted is not None:
         captured = graphed.capture_counted(counted, device, flush_buffer)
-    elif msg.get("graph_inputs") and plan is not None and generators is not None:
+    elif msg.get("graph_inputs") and plan is not None:
         captured = graphed.capture(plan, device, generators[0], generators[1], flush_buffer, follow=generators[2])
     stamps["graph"] = time.perf_counter()
     return Prepared(plan, l2, counted, captured, draws_note)

@@ -93,7 +93,8 @@ def _own_code() -> dict[str, Any]:
 
 
 class Worker(ReferenceRole):
-    def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None) -> None:
+    def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None,
+                 spare_cores: set[int] | None = None) -> None:
         self.device = torch.device(device)
         # Inputs are drawn from a device generator of the harness's own; the device's default one only
         # follows it (inputs.follow_state): a program can break the default one for good.
@@ -124,7 +125,7 @@ class Worker(ReferenceRole):
         self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
-        self.spare_cores: set[int] | None = None  # a GPU worker's cores away from its timed one (worker_main)
+        self.spare_cores = spare_cores  # a GPU worker's cores away from its timed one (worker_main)
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     set_affinity(spare if spare is not None else core)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
-    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock)
+    # spare: where its loads prepare the reference's inputs (EvalConfig.spare_prep)
+    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock, spare_cores=spare)
     if worker.device.type == "cuda":
         torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
         # workers then hide this cost behind another candidate's timing, and the harness's kernels too
@@ -74,7 +75,6 @@ def main(argv: list[str] | None = None) -> None:
             worker.warm_compile()
         except Exception:  # noqa: BLE001 - the load makes it again and reports what fails there
             pass
-    worker.spare_cores = spare  # where its loads prepare the reference's inputs (EvalConfig.spare_prep)
     set_affinity(core)  # then onto its timed core, before any program code runs
     handlers = {
         # quiet: the device drained of this program's work before the parent stops the process while the
