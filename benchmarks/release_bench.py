@@ -219,6 +219,8 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     figures.setdefault("details", {})["two_gpu"] = {
         "gpu": gpu, "date": date, "command": command, "programs": len(rows or []),
         "one_gpu_wall_s": middle["one_gpu_wall_s"], "two_gpu_wall_s": middle["two_gpu_wall_s"],
+        # a single pair's rows' time too: whether two devices spend more on the same rows is half the answer
+        "rows_s_two_over_one": middle["rows_s_two_over_one"],
         "build_cache": build_cache, **({"pairs": pairs} if len(pairs) > 1 else {})}
     return figures
 

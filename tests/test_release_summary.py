@@ -84,6 +84,18 @@ def test_each_pair_says_how_much_more_device_time_its_rows_took_on_two_gpus() ->
     assert figures["two_gpu_speedup"] == 1.797
 
 
+def test_a_single_pair_records_its_rows_time_on_two_gpus_against_one() -> None:
+    """A quarter of the release on one 2x H200 host (2026-11-28, a load's preparation on the spare cores):
+    1.901x, the rows summed over both devices 0.98x of one GPU's (128.3 s against 130.9 s)."""
+    bench = load_script("release_bench")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-spare-prep-h200" / "quarter"
+    figures = bench.update_two_gpu({}, [runs / "one1"], [runs / "two1"], "cmd", "2026-11-28", "warm")
+    two = figures["details"]["two_gpu"]
+    assert figures["two_gpu_speedup"] == 1.901
+    assert (two["one_gpu_wall_s"], two["two_gpu_wall_s"], two["rows_s_two_over_one"]) == (142.8, 75.1, 0.98)
+    assert "pairs" not in two and two["programs"] == 53 and two["gpu"] == "NVIDIA H200"
+
+
 def test_the_time_split_shows_the_first_calls_alone_and_the_rechecks() -> None:
     """A committed warm arm of 2026-11-27 (tune_alone on, a quarter of the release): its self-tuning
     programs' first calls made alone, and the re-checks' other measurements, each get their own line."""
