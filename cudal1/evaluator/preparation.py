@@ -28,12 +28,14 @@ class Prepared:
     draws_note: str  # why the harness's draws are not used ('' where they are, or were not asked for)
 
 
-def prepare(get_inputs: Callable[[], list[Any]], device: torch.device, msg: dict[str, Any],
+def prepare(get_inputs: Callable[[], list[Any]], device: torch.device,
             generators: tuple[torch.Generator, torch.Generator | None, torch.Generator | None] | None,
-            flush_l2: bool, stamps: dict[str, float]) -> Prepared:
+            flush_l2: bool, draws_path: str | None, graph_inputs: bool, stamps: dict[str, float]) -> Prepared:
     """The load's preparation for the reference's ``get_inputs`` on ``device``; ``generators`` (the CPU's,
     the harness's device generator, the device's default one) is None for a build worker, which times
-    nothing (its warm-up call draws from get_inputs itself). Adds to ``stamps`` when each part ended."""
+    nothing (its warm-up call draws from get_inputs itself). ``draws_path``: the harness's draw kernels
+    (device_draws.py), None to draw with get_inputs' own calls; ``graph_inputs``: capture the input graph.
+    Adds to ``stamps`` when each part ended."""
     plan = None
     try:
         if generators is not None:
@@ -44,14 +46,14 @@ def prepare(get_inputs: Callable[[], list[Any]], device: torch.device, msg: dict
     stamps["plan"] = time.perf_counter()
     l2 = L2Flush(device, flush_l2)
     counted, draws_note, captured = None, "", None
-    if msg.get("device_draws") and plan is not None and generators[1] is not None:  # a plan: generators given
+    if draws_path and plan is not None and generators[1] is not None:  # a plan: generators given
         # the timed calls' draws by the harness's kernels, checked against get_inputs' (device_draws.py)
-        counted, draws_note = device_draws.prepare(msg["device_draws"], plan, device, *generators)
+        counted, draws_note = device_draws.prepare(draws_path, plan, device, *generators)
     stamps["draws"] = time.perf_counter()
     flush_buffer = l2.buf if l2.enabled else None
-    if msg.get("graph_inputs") and counted is not None:
+    if graph_inputs and counted is not None:
         captured = graphed.capture_counted(counted, device, flush_buffer)
-    elif msg.get("graph_inputs") and plan is not None:
+    elif graph_inputs and plan is not None:
         captured = graphed.capture(plan, device, generators[0], generators[1], flush_buffer, follow=generators[2])
     stamps["graph"] = time.perf_counter()
     return Prepared(plan, l2, counted, captured, draws_note)

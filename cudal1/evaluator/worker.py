@@ -172,8 +172,9 @@ class Worker(ReferenceRole):
                 extensions.builder()  # torch's builder imported here, for install below (0.1 s alone)
             # where the load's preparation goes (reply's prep_s; "reference" holds the builder's import too)
             stamps = {"reference": time.perf_counter()}
-            ready = preparation.prepare(self.reference.get_inputs, self.device, msg, None if build_only else (
-                _cpu_generator, self.generator, self.default_generator), self.flush_l2, stamps)
+            ready = preparation.prepare(self.reference.get_inputs, self.device, None if build_only else (
+                _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"),
+                bool(msg.get("graph_inputs")), stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
         self._snapshot()
         if msg["role"] == "candidate":
