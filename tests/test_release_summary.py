@@ -132,3 +132,15 @@ def test_the_time_split_shows_the_loads_work_beside_what_it_can_hide_behind() ->
     assert split["load_cmd_s"] == pytest.approx(13.0, abs=0.05) and split["first_call_s"] == pytest.approx(12.1, abs=0.05)
     assert split["correctness_s"] == pytest.approx(4.7, abs=0.05) and split["wait_s"] == pytest.approx(16.4, abs=0.05)
     assert split["load_cmd_s"] + split["first_call_s"] - split["correctness_s"] > split["wait_s"]
+
+
+def test_the_whole_release_pair_on_one_h200_host_is_recorded_as_measured() -> None:
+    """The whole release (210 programs) on one 2x H200 host (2026-11-28): one GPU 516.5 s over two calls,
+    both GPUs 306.8 s, 1.684x; the rows summed over both devices took 1.20x one GPU's."""
+    bench = load_script("release_bench")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-whole-h200"
+    figures = bench.update_two_gpu({}, [runs / "one"], [runs / "two"], "cmd", "2026-11-28", "warm")
+    two = figures["details"]["two_gpu"]
+    assert figures["two_gpu_speedup"] == 1.684 and abs(516.5 / 306.8 - 1.684) < 1e-3
+    assert (two["one_gpu_wall_s"], two["two_gpu_wall_s"], two["rows_s_two_over_one"]) == (516.5, 306.8, 1.199)
+    assert two["programs"] == 210 and bench.run_summary(runs / "one")["calls"] == 2
