@@ -36,6 +36,7 @@ if __name__ == "__main__":
     # `cudal1 evaluate` does (about 2 s of every run's start on the H100s, docs/gpu-runs.md#2026-11-27-batch-start)
     prestart_fork_server(EvalConfig.cpu_threads)
 
+from benchmarks.parent_load import ParentLoad, timed_cores  # noqa: E402
 from cudal1.candidates import Candidate, load_evaluations  # noqa: E402
 from cudal1.evaluator.batch import AHEAD, evaluate_many  # noqa: E402
 from cudal1.evaluator.schedule import expected_costs  # noqa: E402
@@ -118,8 +119,9 @@ def main() -> None:
     if args.costs_from is not None:
         history = load_evaluations(args.costs_from)
         earlier = {"history": history} if args.recheck_ahead else {"costs": expected_costs(history), "history": []}
-    evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
-                  progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
+    with ParentLoad() as parent:
+        evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
+                      progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
     wall = time.perf_counter() - started
     results = load_evaluations(results_path)
     mine = [e for e in results if e.config_hash == config.hash]
@@ -145,6 +147,8 @@ def main() -> None:
         # builds cached before the load and done again in it (ninja's reason), or loads of 5 s or more in the
         # extension builder (extensions.CachedBuild, extensions._wrap)
         "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
+        # whether this process, which drives every device from its own threads, was saturated (parent_load.py)
+        "parent": parent.summary(), "timed_cores": timed_cores(args.devices.split(",")),
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)

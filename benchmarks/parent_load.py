@@ -1,0 +1,83 @@
+"""How loaded the evaluating parent process was during a run, and where each device's timed core sits.
+
+The parent (one process) drives every device from threads of its own (cudal1.evaluator.batch: a loop per
+device, its workers' starters and loaders, the correctness records), so its threads share one interpreter
+lock. On the whole release on two H200s the rows' own time summed 1.20x one GPU's on the same host, most of
+it in the phases the parent drives (first calls, correctness; docs/gpu-runs.md#2026-11-28-two-gpu-whole).
+Two measurements tell whether the parent is where that goes:
+
+- the parent's own CPU time (user + system, its children not included) against the wall;
+- a probe thread that sleeps 5 ms at a time and records how late it wakes: a thread that wants the
+  interpreter lock waits up to the switch interval (5 ms) for it while another thread holds it, so the
+  lateness is the wait any of the parent's threads meets for the lock (on an idle interpreter ~0.1 ms).
+
+And the host's topology for the timed cores (cores.timed_core): two devices whose timed cores are
+hyperthreads of one physical core share it. Standard library and the core only (runs on the GPU machine).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cudal1.evaluator.cores import timed_core
+
+PROBE_SLEEP_S = 0.005
+
+
+class ParentLoad:
+    """Use as a context manager around the run; :meth:`summary` afterwards."""
+
+    def __init__(self, sleep_s: float = PROBE_SLEEP_S) -> None:
+        self.sleep_s = sleep_s
+        self.late_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, name="cudal1-parent-load", daemon=True)
+
+    def _probe(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.sleep_s)
+            self.late_s.append(max(0.0, time.perf_counter() - t0 - self.sleep_s))
+
+    def __enter__(self) -> ParentLoad:
+        self._times0, self._wall0 = os.times(), time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        t1 = os.times()
+        self.wall_s = time.perf_counter() - self._wall0
+        self.cpu_s = (t1.user - self._times0.user) + (t1.system - self._times0.system)
+
+    def summary(self) -> dict[str, Any]:
+        """cpu_s and cpu_share (of one core over the wall); late_ms (median, p90, max of the probe's
+        wake-ups) and late_share (the probe's lateness summed, over the wall: the share of the run in which a
+        thread of the parent waited for the lock)."""
+        late = sorted(self.late_s)
+        if not late:
+            return {"cpu_s": round(self.cpu_s, 1), "cpu_share": round(self.cpu_s / max(self.wall_s, 1e-9), 3)}
+        return {"cpu_s": round(self.cpu_s, 1), "cpu_share": round(self.cpu_s / max(self.wall_s, 1e-9), 3),
+                "late_ms": {"median": round(statistics.median(late) * 1e3, 3),
+                            "p90": round(late[int(0.9 * (len(late) - 1))] * 1e3, 3),
+                            "max": round(late[-1] * 1e3, 3)},
+                "late_share": round(sum(late) / max(self.wall_s, 1e-9), 3), "wakeups": len(late)}
+
+
+def timed_cores(devices: list[str]) -> dict[str, dict[str, Any]]:
+    """Each CUDA device's timed core and that core's hyperthread siblings (from /sys), as the workers of
+    this process's affinity will get them; empty where the cores are left to the scheduler."""
+    cores: dict[str, dict[str, Any]] = {}
+    for device in devices:
+        core = timed_core(device) if device.startswith("cuda") else None
+        if core is None:
+            continue
+        siblings = Path(f"/sys/devices/system/cpu/cpu{core}/topology/thread_siblings_list")
+        cores[device] = {"core": core, "siblings": siblings.read_text().strip() if siblings.exists() else ""}
+    return cores

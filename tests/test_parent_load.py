@@ -1,0 +1,50 @@
+"""benchmarks/parent_load.py: whether the evaluating parent, which drives every device from threads of one
+interpreter, was saturated during a run; and where each device's timed core sits."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from scripts import load_script
+
+
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():  # pure Python: holds the interpreter lock but for the switch interval
+        sum(range(200))
+
+
+def test_the_probe_reads_a_thread_that_holds_the_interpreter_lock() -> None:
+    load = load_script("parent_load")
+    with load.ParentLoad() as idle:
+        time.sleep(0.4)
+    stop = threading.Event()
+    spinner = threading.Thread(target=_spin, args=(stop,))
+    spinner.start()
+    try:
+        with load.ParentLoad() as busy:
+            time.sleep(0.6)
+    finally:
+        stop.set()
+        spinner.join()
+    quiet, loaded = idle.summary(), busy.summary()
+    # beside a spinning thread each wake-up waits for the lock (up to the 5 ms switch interval)
+    assert loaded["late_ms"]["median"] >= 1.0
+    assert loaded["late_ms"]["median"] > 3 * quiet["late_ms"]["median"]
+    assert loaded["late_share"] > quiet["late_share"]
+    # and the process used about a core
+    assert loaded["cpu_share"] > 0.5 > quiet["cpu_share"]
+    assert loaded["wakeups"] > 20
+
+
+def test_each_gpu_gets_its_timed_core_and_that_cores_siblings(monkeypatch: pytest.MonkeyPatch) -> None:
+    load = load_script("parent_load")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cores = load.timed_cores(["cuda:0", "cuda:1", "cpu"])
+    assert {d: c["core"] for d, c in cores.items()} == {"cuda:0": 31, "cuda:1": 30}  # cores.timed_core's pair
+    assert all(isinstance(c["siblings"], str) for c in cores.values())
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert load.timed_cores(["cuda:0"]) == {}  # too few cores to give one away: left to the scheduler
