@@ -49,4 +49,4 @@ def test_each_device_runs_its_own_process_and_the_run_reads_as_one(tmp_path: Pat
     assert bench.run_summary(out) == {"evaluations": 2, "wall_s": call["wall_s"], "calls": 1, "partial": False}
     again = _split(out)  # a second call resumes: nothing is evaluated twice, and its wall is added
     assert (again["evaluations_before"], again["evaluations_after"]) == (2, 2)
-    assert bench.run_summary(out)["wall_s"] == round(call["wall_s"] + again["wall_s"], 1)
+    assert bench.run_summary(out)["wall_s"] == pytest.approx(call["wall_s"] + again["wall_s"])
