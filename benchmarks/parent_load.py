@@ -7,6 +7,8 @@ it in the phases the parent drives (first calls, correctness; docs/gpu-runs.md#2
 Two measurements tell whether the parent is where that goes:
 
 - the parent's own CPU time (user + system, its children not included) against the wall;
+- which of its threads that CPU went to, read from /proc about once a second (a thread that ended between
+  two readings loses its last second), grouped by the thread's name;
 - a probe thread that sleeps 5 ms at a time and records how late it wakes: a thread that wants the
   interpreter lock waits up to the switch interval (5 ms) for it while another thread holds it, so the
   lateness is the wait any of the parent's threads meets for the lock (on an idle interpreter ~0.1 ms).
@@ -18,15 +20,18 @@ hyperthreads of one physical core share it. Standard library and the core only (
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from cudal1.evaluator.contention import sample
 from cudal1.evaluator.cores import timed_core
 
 PROBE_SLEEP_S = 0.005
+THREADS_EVERY = 200  # the probe's wake-ups between two readings of the threads' CPU (about a second)
 
 
 class ParentLoad:
@@ -37,19 +42,46 @@ class ParentLoad:
         self.late_s: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._probe, name="cudal1-parent-load", daemon=True)
+        self._cpu_ns: dict[int, int] = {}  # by thread id: the CPU time last read
+        self._names: dict[int, str] = {}
+        self._cpu0: dict[int, int] = {}
 
     def _probe(self) -> None:
         while not self._stop.is_set():
             t0 = time.perf_counter()
             time.sleep(self.sleep_s)
             self.late_s.append(max(0.0, time.perf_counter() - t0 - self.sleep_s))
+            if len(self.late_s) % THREADS_EVERY == 0:
+                self._read_threads()
+
+    def _read_threads(self) -> None:
+        now = sample(os.getpid())
+        if now is None:
+            return
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        for tid, (cpu, _wait) in now.threads.items():
+            self._cpu_ns[tid] = cpu
+            if tid in names:  # a thread torch or a library started has no Python name
+                self._names[tid] = names[tid]
+
+    def threads_cpu_s(self) -> dict[str, float]:
+        """CPU seconds during the run by thread group (the name without its numbers: every
+        ``ThreadPoolExecutor-3_0`` is one group, ``other`` the threads Python did not start), largest first."""
+        groups: dict[str, float] = {}
+        for tid, cpu in self._cpu_ns.items():
+            name = re.sub(r"[-_]\d+(?=[-_]|$)", "", self._names.get(tid, "other"))
+            groups[name] = groups.get(name, 0.0) + (cpu - self._cpu0.get(tid, 0)) / 1e9
+        return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.01}
 
     def __enter__(self) -> ParentLoad:
         self._times0, self._wall0 = os.times(), time.perf_counter()
+        before = sample(os.getpid())
+        self._cpu0 = {tid: cpu for tid, (cpu, _) in before.threads.items()} if before else {}
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._read_threads()  # the threads still running, before the probe stops
         self._stop.set()
         self._thread.join()
         t1 = os.times()
@@ -67,7 +99,8 @@ class ParentLoad:
                 "late_ms": {"median": round(statistics.median(late) * 1e3, 3),
                             "p90": round(late[int(0.9 * (len(late) - 1))] * 1e3, 3),
                             "max": round(late[-1] * 1e3, 3)},
-                "late_share": round(sum(late) / max(self.wall_s, 1e-9), 3), "wakeups": len(late)}
+                "late_share": round(sum(late) / max(self.wall_s, 1e-9), 3), "wakeups": len(late),
+                "threads_cpu_s": self.threads_cpu_s()}
 
 
 def timed_cores(devices: list[str]) -> dict[str, dict[str, Any]]:

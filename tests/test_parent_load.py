@@ -21,7 +21,7 @@ def test_the_probe_reads_a_thread_that_holds_the_interpreter_lock() -> None:
     with load.ParentLoad() as idle:
         time.sleep(0.4)
     stop = threading.Event()
-    spinner = threading.Thread(target=_spin, args=(stop,))
+    spinner = threading.Thread(target=_spin, args=(stop,), name="spinner-1")
     spinner.start()
     try:
         with load.ParentLoad() as busy:
@@ -37,6 +37,9 @@ def test_the_probe_reads_a_thread_that_holds_the_interpreter_lock() -> None:
     # and the process used about a core
     assert loaded["cpu_share"] > 0.5 > quiet["cpu_share"]
     assert loaded["wakeups"] > 20
+    # and that core went to the spinning thread, named by its group
+    assert loaded["threads_cpu_s"].get("spinner", 0.0) > 0.2
+    assert "spinner" not in quiet["threads_cpu_s"]
 
 
 def test_each_gpu_gets_its_timed_core_and_that_cores_siblings(monkeypatch: pytest.MonkeyPatch) -> None:
