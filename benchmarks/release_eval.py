@@ -96,7 +96,8 @@ def main() -> None:
         variant, mode = BASELINES[name]
         candidates += [Candidate(p.problem_id, template_source(p, variant, mode), origin=f"template:{name}")
                        for p in problems]
-    config = EvalConfig(device=args.devices.split(",")[0], tolerance=args.tolerance, timing_trials=args.trials,
+    devices = args.devices.split(",")
+    config = EvalConfig(device=devices[0], tolerance=args.tolerance, timing_trials=args.trials,
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
                         clock=args.clock, target_trial_ms=args.trial_ms,
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
@@ -120,7 +121,7 @@ def main() -> None:
         history = load_evaluations(args.costs_from)
         earlier = {"history": history} if args.recheck_ahead else {"costs": expected_costs(history), "history": []}
     with ParentLoad() as parent:
-        evaluate_many(problems, candidates, config, devices=args.devices.split(","), results_path=results_path,
+        evaluate_many(problems, candidates, config, devices=devices, results_path=results_path,
                       progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
     wall = time.perf_counter() - started
     results = load_evaluations(results_path)
@@ -148,7 +149,7 @@ def main() -> None:
         # extension builder (extensions.CachedBuild, extensions._wrap)
         "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
         # whether this process, which drives every device from its own threads, was saturated (parent_load.py)
-        "parent": parent.summary(), "timed_cores": timed_cores(args.devices.split(",")),
+        "parent": parent.summary(), "timed_cores": timed_cores(devices),
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)
