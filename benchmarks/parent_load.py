@@ -13,6 +13,13 @@ Two measurements tell whether the parent is where that goes:
   interpreter lock waits up to the switch interval (5 ms) for it while another thread holds it, so the
   lateness is the wait any of the parent's threads meets for the lock (on an idle interpreter ~0.1 ms).
 
+And the host around it, read at the same ticks: how many of its cores were busy (from /proc/stat, any
+process's work), the share of time the hypervisor took from them (steal), and the clock /proc/cpuinfo
+reports, over all cores and on the cores named in ``watch`` (the timed cores). On that same pair the host's
+own pace on a timed core (pace.py: a fixed piece of Python work) was 11-19% slower with both GPUs busy,
+with one evaluating process or one per GPU (#2026-11-28-split): these readings tell whether more busy
+cores, a lower clock or the hypervisor goes with it.
+
 And the host's topology for the timed cores (cores.timed_core): two devices whose timed cores are
 hyperthreads of one physical core share it. Standard library and the core only (runs on the GPU machine).
 The probe is itself a thread of the parent: on a CPU run of three release rows it used 0.13 s of CPU in
@@ -26,6 +33,7 @@ import re
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +45,81 @@ PROBE_SLEEP_S = 0.005
 THREADS_EVERY = 200  # the probe's wake-ups between two readings of the threads' CPU (about a second)
 
 
-class ParentLoad:
-    """Use as a context manager around the run; :meth:`summary` afterwards."""
+def cpu_jiffies() -> dict[int, tuple[int, int, int]]:
+    """Each core's (busy, total, steal) clock ticks since boot, from /proc/stat; empty where it cannot be read.
+    Busy is user, nice, system, irq and softirq; total adds idle, iowait and steal."""
+    out: dict[int, tuple[int, int, int]] = {}
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 8:
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+            busy = user + nice + system + irq + softirq
+            out[int(name[3:])] = (busy, busy + idle + iowait + steal, steal)
+    return out
 
-    def __init__(self, sleep_s: float = PROBE_SLEEP_S) -> None:
-        self.sleep_s = sleep_s
+
+def cpu_mhz() -> dict[int, float]:
+    """Each core's clock as /proc/cpuinfo reports it now (a virtual machine may report a fixed figure)."""
+    out: dict[int, float] = {}
+    core = None
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "processor":
+            core = int(value)
+        elif key.strip() == "cpu MHz" and core is not None:
+            out[core] = float(value)
+    return out
+
+
+def host_summary(samples: list[tuple[dict[int, tuple[int, int, int]], dict[int, float]]],
+                 watch: Sequence[int] = ()) -> dict[str, Any]:
+    """busy_cores (mean and p90 over the intervals between readings: the sum of each core's busy share),
+    steal_share (of all cores' time), mhz_median (the cores' mean clock, median over readings) and, for each
+    watched core, its busy share and median clock.
+
+    >>> a = ({0: (0, 100, 0), 1: (0, 100, 0)}, {0: 2000.0, 1: 3000.0})
+    >>> b = ({0: (100, 200, 0), 1: (50, 200, 10)}, {0: 2000.0, 1: 2000.0})
+    >>> host_summary([a, b], watch=[1])
+    {'busy_cores': {'mean': 1.5, 'p90': 1.5}, 'steal_share': 0.05, 'mhz_median': 2250.0, 'watched': {1: {'busy_share': 0.5, 'mhz_median': 2500.0}}}
+    """
+    if len(samples) < 2:
+        return {}
+    busy, steal, total = [], 0, 0
+    for (before, _), (after, _) in zip(samples, samples[1:]):
+        shares = [(after[c][0] - before[c][0]) / max(after[c][1] - before[c][1], 1) for c in after if c in before]
+        busy.append(sum(shares))
+        steal += sum(after[c][2] - before[c][2] for c in after if c in before)
+        total += sum(after[c][1] - before[c][1] for c in after if c in before)
+    out: dict[str, Any] = {"busy_cores": {"mean": round(statistics.fmean(busy), 2), "p90": round(percentile(busy, 90), 2)},
+                           "steal_share": round(steal / max(total, 1), 4)}
+    mhz = [statistics.fmean(m.values()) for _, m in samples if m]
+    if mhz:
+        out["mhz_median"] = round(statistics.median(mhz), 1)
+    first, last = samples[0][0], samples[-1][0]
+    watched = {}
+    for core in watch:
+        if core in first and core in last:
+            clock = [m[core] for _, m in samples if core in m]
+            watched[core] = {"busy_share": round((last[core][0] - first[core][0]) / max(last[core][1] - first[core][1], 1), 3),
+                             "mhz_median": round(statistics.median(clock), 1) if clock else None}
+    return out | ({"watched": watched} if watched else {})
+
+
+class ParentLoad:
+    """Use as a context manager around the run; :meth:`summary` afterwards. ``watch``: cores whose own busy
+    share and clock to report (the timed cores)."""
+
+    def __init__(self, sleep_s: float = PROBE_SLEEP_S, watch: Sequence[int] = ()) -> None:
+        self.sleep_s, self.watch = sleep_s, list(watch)
+        self.host: list[tuple[dict[int, tuple[int, int, int]], dict[int, float]]] = []
         self.late_s: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._probe, name="cudal1-parent-load", daemon=True)
@@ -58,6 +136,7 @@ class ParentLoad:
                 self._read_threads()
 
     def _read_threads(self) -> None:
+        self.host.append((cpu_jiffies(), cpu_mhz()))
         now = sample(os.getpid())
         if now is None:
             return
@@ -79,6 +158,7 @@ class ParentLoad:
     def __enter__(self) -> ParentLoad:
         self._times0, self._wall0 = os.times(), time.perf_counter()
         before = sample(os.getpid())
+        self.host.append((cpu_jiffies(), cpu_mhz()))
         self._cpu0 = {tid: cpu for tid, (cpu, _) in before.threads.items()} if before else {}
         self._thread.start()
         return self
@@ -94,14 +174,15 @@ class ParentLoad:
     def summary(self) -> dict[str, Any]:
         """cpu_s and cpu_share (of one core over the wall); late_ms (median, p90, max of the probe's
         wake-ups) and late_share (the probe's lateness summed, over the wall: the share of the run in which a
-        thread of the parent waited for the lock); threads_cpu_s."""
+        thread of the parent waited for the lock); threads_cpu_s; host (:func:`host_summary`)."""
         out: dict[str, Any] = {"cpu_s": round(self.cpu_s, 1), "cpu_share": round(self.cpu_s / max(self.wall_s, 1e-9), 3)}
         if self.late_s:
             out |= {"late_ms": {"median": round(statistics.median(self.late_s) * 1e3, 3),
                                 "p90": round(percentile(self.late_s, 90) * 1e3, 3), "max": round(max(self.late_s) * 1e3, 3)},
                     "late_share": round(sum(self.late_s) / max(self.wall_s, 1e-9), 3), "wakeups": len(self.late_s),
                     "threads_cpu_s": self.threads_cpu_s()}
-        return out
+        host = host_summary(self.host, self.watch)
+        return out | ({"host": host} if host else {})
 
 
 def timed_cores(devices: list[str]) -> dict[str, dict[str, Any]]:

@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,18 +106,21 @@ def phases(evals: list[Evaluation], origin: dict[str, str]) -> dict[str, Any]:
 def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
     """The same candidates in two runs (matched by problem and source hash): the phases summed over those
     ok in both, and their agreement as release_bench.agreement reckons it (|delta|/speedup against
-    ``other``; verdict changes leave out the harness's failures, which are no verdict).
+    ``other``; verdict changes leave out the harness's failures, which are no verdict). ``ratios``: over
+    those ok in both, the median of this run's figure over the other's for the host's own pace on the timed
+    core (pace.py: a fixed piece of Python work, no device in it), the reference's and the candidate's time
+    per call: a host whose CPU runs slower shows in the first and in the phases, not in the device's times.
 
     >>> from cudal1.candidates import Status
     >>> def row(cid, speedup, corr, status=Status.OK):
     ...     return Evaluation("L1-1", cid, status, speedup=speedup, candidate_sha256=cid, eval_s=2.0,
-    ...                       extra={"correctness_s": corr})
+    ...                       reference_ms=0.2, extra={"correctness_s": corr, "host_pace_ms": corr})
     >>> r = paired([row("a", 1.0, 0.2), row("b", 2.2, 0.3), row("c", 1.0, 0.1)],
     ...            [row("a", 1.0, 0.5), row("b", 2.0, 0.4), row("c", None, 0.1, Status.INCORRECT)])
     >>> r["both_ok"], r["run"]["correctness_s"], r["other"]["correctness_s"], r["verdict_changes"]
     (2, 0.5, 0.9, 1)
-    >>> r["agreement_median"], r["agreement_p95"]
-    (0.05, 0.1)
+    >>> r["agreement_median"], r["agreement_p95"], r["ratios"]
+    (0.05, 0.1, {'host_pace_ms': 0.575, 'reference_ms': 1.0, 'candidate_ms': None})
     """
     from benchmarks.release_bench import agreement
 
@@ -129,7 +133,13 @@ def paired(evals: list[Evaluation], other: list[Evaluation]) -> dict[str, Any]:
         out = {p: round(sum(float(e.extra.get(p, 0.0) or 0.0) for e in side), 1) for p in PHASES}
         return out | {"eval_s": round(sum(e.eval_s or 0.0 for e in side), 1)}
 
-    return {"in_both": len(mine.keys() & theirs.keys()), "both_ok": found["rows"],
+    def ratio(value: Callable[[Evaluation], Any]) -> float | None:
+        values = [float(value(mine[k])) / float(value(theirs[k])) for k in both if value(mine[k]) and value(theirs[k])]
+        return _median(values)
+
+    ratios = {"host_pace_ms": ratio(lambda e: e.extra.get("host_pace_ms")),
+              "reference_ms": ratio(lambda e: e.reference_ms), "candidate_ms": ratio(lambda e: e.candidate_ms)}
+    return {"in_both": len(mine.keys() & theirs.keys()), "both_ok": found["rows"], "ratios": ratios,
             "verdict_changes": len(found["flips"]), "verdict_changes_at_tolerance_edge": len(found["edge_flips"]),
             "run": sums([mine[k] for k in both]), "other": sums([theirs[k] for k in both]),
             "agreement_median": _round(found["median"]), "agreement_p95": _round(found["p95"]),

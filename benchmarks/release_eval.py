@@ -120,7 +120,8 @@ def main() -> None:
     if args.costs_from is not None:
         history = load_evaluations(args.costs_from)
         earlier = {"history": history} if args.recheck_ahead else {"costs": expected_costs(history), "history": []}
-    with ParentLoad() as parent:
+    cores = timed_cores(devices)
+    with ParentLoad(watch=[c["core"] for c in cores.values()]) as parent:
         evaluate_many(problems, candidates, config, devices=devices, results_path=results_path,
                       progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
     wall = time.perf_counter() - started
@@ -149,7 +150,7 @@ def main() -> None:
         # extension builder (extensions.CachedBuild, extensions._wrap)
         "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
         # whether this process, which drives every device from its own threads, was saturated (parent_load.py)
-        "parent": parent.summary(), "timed_cores": timed_cores(devices),
+        "parent": parent.summary(), "timed_cores": cores,
     }
     if args.agree_with is not None:
         summary["agreement"] = agreement(load_evaluations(args.agree_with), mine)

@@ -4,6 +4,8 @@ interpreter, was saturated during a run; and where each device's timed core sits
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -51,3 +53,24 @@ def test_each_gpu_gets_its_timed_core_and_that_cores_siblings(monkeypatch: pytes
     assert all(isinstance(c["siblings"], str) for c in cores.values())
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert load.timed_cores(["cuda:0"]) == {}  # too few cores to give one away: left to the scheduler
+
+
+def test_the_host_record_reads_a_busy_core_and_the_time_it_was_taken() -> None:
+    """A process spinning on core 0 for the whole run shows as about one busy core, and core 0 (watched) as
+    busy nearly all the time; steal and the clock are read as /proc gives them."""
+    load = load_script("parent_load")
+    spin = "import os, time\nos.sched_setaffinity(0, {0})\nt = time.time()\nwhile time.time() - t < 3: pass"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.3)  # pinned and spinning before the run starts
+        with load.ParentLoad(watch=[0]) as busy:
+            time.sleep(1.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    host = busy.summary()["host"]
+    assert host["busy_cores"]["mean"] >= 0.8 and host["busy_cores"]["p90"] >= host["busy_cores"]["mean"] * 0.9
+    assert host["watched"][0]["busy_share"] >= 0.8
+    assert 0.0 <= host["steal_share"] < 0.5
+    assert host.get("mhz_median", 1.0) > 0  # /proc/cpuinfo's clock where it gives one
+    assert 0 in load.cpu_jiffies() and all(busy <= total for busy, total, _ in load.cpu_jiffies().values())
