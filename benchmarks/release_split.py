@@ -9,6 +9,11 @@ fork server and its own interpreter lock, and nothing else differs. The rows are
 largest first onto the GPU with the least expected work (the costs of an earlier run, as the batch hands
 them out), since separate processes cannot take rows from one queue.
 
+On one 2x H200 host it did not help: the rows summed 547.5 s against 557.5 s from one process (0.98x),
+each process used 13% of a core, and the fixed split balanced the GPUs worse than the shared queue
+(325.0 s against 306.8 s). What two GPUs slow is the host's own pace, in either layout
+(docs/gpu-runs.md#2026-11-28-split).
+
     PYTHONPATH=. python3 benchmarks/release_split.py --release carry/h100.jsonl --devices cuda:0,cuda:1 \\
         --costs-from docs/benchmarks/idle-device-h200/cold/results.jsonl --out RUN [--limit-s 540]
 
