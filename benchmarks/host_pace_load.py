@@ -1,0 +1,139 @@
+"""Whether the host's CPU runs slower on a timed core while other cores are busy.
+
+On 2x H200 hosts every run on both GPUs read the host's own pace on the timed core (cudal1/evaluator/
+pace.py: a fixed piece of Python work, no device work in it) 11-19% slower than a one-GPU run, with one
+evaluating process or one per GPU, and the rows' host work followed it (docs/gpu-runs.md#2026-11-28-split).
+Two GPUs keep about twice as many cores busy: the loads ahead, their first calls and the correctness
+checks of both devices. This reads the pace directly against the number of busy cores, in about a
+minute, with nothing of the evaluator running:
+
+    PYTHONPATH=. python3 benchmarks/host_pace_load.py --busy 0,2,4,8,16,28 --kind python --json $OUT/pace-python.json
+    PYTHONPATH=. python3 benchmarks/host_pace_load.py --busy 0,2,4,8,16 --kind cuda --devices cuda:0,cuda:1 --json $OUT/pace-cuda.json
+
+For each count, that many spinner processes run, each pinned to a core of its own (the spare cores
+first, never the timed core): ``python`` spins on pure Python work; ``cuda`` launches a small kernel and
+waits for it with ``torch.cuda.synchronize`` in a loop, as a loading worker's first call does (by default
+the CUDA driver's wait spins its core), on the ``--devices`` in turn. Meanwhile this process, pinned to
+cuda:0's timed core (cores.timed_core), reads the pace every 10 ms for ``--seconds``. Per count: the pace's
+median and p90 (ms) and the median's ratio to the idle reading; the spinners' CPU share (each should be
+near 1); the host's busy cores, steal share and clock (benchmarks/parent_load.host_summary). The idle
+reading is taken first and again last, so a drift of the host's own speed shows as two idle readings
+that differ. Standard library and the core only (and torch in the ``cuda`` spinners).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.parent_load import cpu_jiffies, cpu_mhz, host_summary  # noqa: E402
+from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core  # noqa: E402
+from cudal1.evaluator.pace import probe_ms  # noqa: E402
+from cudal1.reports import percentile  # noqa: E402
+
+SPIN = {
+    "python": "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    sum(range(1000))\n",
+    "cuda": ("import os, sys, torch\nos.sched_setaffinity(0, {int(sys.argv[1])})\nx = torch.ones(1024, device=sys.argv[2])\n"
+             "print('ready', flush=True)\nwhile True:\n    x.add_(1)\n    torch.cuda.synchronize(x.device)\n"),
+}
+
+
+def spinner_cores(allowed: list[int], spare: list[int], timed: int | None, count: int) -> list[int]:
+    """``count`` of the ``allowed`` cores for spinners: the ``spare`` ones first, never the timed core.
+
+    >>> spinner_cores([0, 1, 2, 3, 4, 5], [0, 1, 2], 5, 4)
+    [0, 1, 2, 3]
+    """
+    order = spare + [c for c in allowed if c not in spare]
+    return [c for c in order if c != timed][:count]
+
+
+def process_cpu_s(pid: int) -> float:
+    """A process's user and system CPU seconds so far (/proc/<pid>/stat); 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_pace(seconds: float) -> tuple[list[float], list[tuple[dict, dict]]]:
+    """The pace every 10 ms for ``seconds``, and the host's readings about every half second."""
+    paces: list[float] = []
+    host = [(cpu_jiffies(), cpu_mhz())]
+    end = next_host = time.perf_counter()
+    end += seconds
+    while (now := time.perf_counter()) < end:
+        paces.append(probe_ms())
+        if now >= next_host + 0.5:
+            host.append((cpu_jiffies(), cpu_mhz()))
+            next_host = now
+        time.sleep(0.01)
+    host.append((cpu_jiffies(), cpu_mhz()))
+    return paces, host
+
+
+def one_count(cores: list[int], kind: str, devices: list[str], timed: int | None, seconds: float) -> dict[str, Any]:
+    """The pace with a spinner on each of ``cores``, and what they and the host did meanwhile."""
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN[kind], str(core), devices[i % len(devices)]],
+                              stdout=subprocess.PIPE if kind == "cuda" else subprocess.DEVNULL)
+             for i, core in enumerate(cores)]
+    try:
+        for p in procs:  # a CUDA spinner is spinning once its context is up
+            if kind == "cuda" and p.stdout is not None:
+                p.stdout.readline()
+        time.sleep(0.3)
+        cpu0, t0 = [process_cpu_s(p.pid) for p in procs], time.perf_counter()
+        paces, host = read_pace(seconds)
+        wall = time.perf_counter() - t0
+        shares = [(process_cpu_s(p.pid) - c) / wall for p, c in zip(procs, cpu0)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return {"busy": len(cores), "cores": cores, "readings": len(paces),
+            "pace_ms": {"median": round(statistics.median(paces), 4), "p90": round(percentile(paces, 90), 4)},
+            "spinner_cpu_share": round(statistics.fmean(shares), 3) if shares else None,
+            "host": host_summary(host, [timed] if timed is not None else [])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--busy", default="0,2,4,8,16", help="comma-separated counts of busy cores (0 is the idle reading)")
+    ap.add_argument("--kind", choices=sorted(SPIN), default="python")
+    ap.add_argument("--devices", default="cuda:0", help="with --kind cuda: the devices the spinners wait on, in turn")
+    ap.add_argument("--seconds", type=float, default=4.0, help="pace readings per count")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    counts = [int(c) for c in args.busy.split(",")]
+    allowed = sorted(os.sched_getaffinity(0))  # read before this process pins itself to one of them
+    spare = sorted(spare_cores() or [])
+    timed = timed_core("cuda:0")
+    if timed is None:  # a CPU machine, or too few cores: the last allowed core stands in for it
+        timed = allowed[-1]
+    set_affinity(timed)
+    rows = [one_count(spinner_cores(allowed, spare, timed, c), args.kind, args.devices.split(","), timed, args.seconds)
+            for c in counts + [0]]
+    idle = rows[0]["pace_ms"]["median"]
+    for row in rows:
+        row["pace_over_idle"] = round(row["pace_ms"]["median"] / idle, 3)
+        busy = row["host"].get("busy_cores", {}).get("mean")
+        print(f"busy {row['busy']:>3} (host {busy}): pace {row['pace_ms']['median']:.4f} ms "
+              f"({row['pace_over_idle']:.3f}x idle), spinners at {row['spinner_cpu_share']} of a core, "
+              f"clock {row['host'].get('mhz_median')} MHz, steal {row['host'].get('steal_share')}", flush=True)
+    out = {"kind": args.kind, "timed_core": timed, "cpu_count": os.cpu_count(), "seconds": args.seconds, "rows": rows}
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
