@@ -70,8 +70,8 @@ def read_pace(seconds: float) -> tuple[list[float], list[tuple[dict, dict]]]:
     """The pace every 10 ms for ``seconds``, and the host's readings about every half second."""
     paces: list[float] = []
     host = [(cpu_jiffies(), cpu_mhz())]
-    end = next_host = time.perf_counter()
-    end += seconds
+    start = next_host = time.perf_counter()
+    end = start + seconds
     while (now := time.perf_counter()) < end:
         paces.append(probe_ms())
         if now >= next_host + 0.5:
