@@ -13,7 +13,8 @@ minute, with nothing of the evaluator running:
 For each count, that many spinner processes run, each pinned to a core of its own (the spare cores
 first, never the timed core): ``python`` spins on pure Python work; ``cuda`` launches a small kernel and
 waits for it with ``torch.cuda.synchronize`` in a loop, as a loading worker's first call does (by default
-the CUDA driver's wait spins its core), on the ``--devices`` in turn. Meanwhile this process, pinned to
+the CUDA driver's wait spins its core), on the ``--devices`` in turn; ``cuda-blocking`` does the same with
+the device's context set to block while it waits. Meanwhile this process, pinned to
 cuda:0's timed core (cores.timed_core), reads the pace every 10 ms for ``--seconds``. Per count: the pace's
 median and p90 (ms) and the median's ratio to the idle reading; the spinners' CPU share (each should be
 near 1); the host's busy cores, steal share and clock (benchmarks/parent_load.host_summary). The idle
@@ -45,6 +46,13 @@ SPIN = {
     "cuda": ("import os, sys, torch\nos.sched_setaffinity(0, {int(sys.argv[1])})\nx = torch.ones(1024, device=sys.argv[2])\n"
              "print('ready', flush=True)\nwhile True:\n    x.add_(1)\n    torch.cuda.synchronize(x.device)\n"),
 }
+# The same waits with the device's primary context set to block instead of spin (CU_CTX_SCHED_BLOCKING_SYNC,
+# set through the driver before torch creates the context): if the CUDA spinners slow the timed core and
+# these do not, untimed workers that block would leave two GPUs' host its speed.
+SPIN["cuda-blocking"] = (
+    "import ctypes, sys\ncuda = ctypes.CDLL('libcuda.so.1')\ndev = ctypes.c_int()\n"
+    "assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(sys.argv[2].split(':')[1])) == 0\n"
+    "assert cuda.cuDevicePrimaryCtxSetFlags_v2(dev, 4) == 0\n" + SPIN["cuda"])
 
 
 def spinner_cores(allowed: list[int], spare: list[int], timed: int | None, count: int) -> list[int]:
@@ -85,22 +93,23 @@ def read_pace(seconds: float) -> tuple[list[float], list[tuple[dict, dict]]]:
 def one_count(cores: list[int], kind: str, devices: list[str], timed: int | None, seconds: float) -> dict[str, Any]:
     """The pace with a spinner on each of ``cores``, and what they and the host did meanwhile."""
     procs = [subprocess.Popen([sys.executable, "-c", SPIN[kind], str(core), devices[i % len(devices)]],
-                              stdout=subprocess.PIPE if kind == "cuda" else subprocess.DEVNULL)
+                              stdout=subprocess.PIPE if kind.startswith("cuda") else subprocess.DEVNULL)
              for i, core in enumerate(cores)]
     try:
         for p in procs:  # a CUDA spinner is spinning once its context is up
-            if kind == "cuda" and p.stdout is not None:
+            if kind.startswith("cuda") and p.stdout is not None:
                 p.stdout.readline()
         time.sleep(0.3)
         cpu0, t0 = [process_cpu_s(p.pid) for p in procs], time.perf_counter()
         paces, host = read_pace(seconds)
         wall = time.perf_counter() - t0
         shares = [(process_cpu_s(p.pid) - c) / wall for p, c in zip(procs, cpu0)]
+        alive = sum(p.poll() is None for p in procs)  # a spinner that failed to start spins nothing
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    return {"busy": len(cores), "cores": cores, "readings": len(paces),
+    return {"busy": len(cores), "cores": cores, "alive": alive, "readings": len(paces),
             "pace_ms": {"median": round(statistics.median(paces), 4), "p90": round(percentile(paces, 90), 4)},
             "spinner_cpu_share": round(statistics.fmean(shares), 3) if shares else None,
             "host": host_summary(host, [timed] if timed is not None else [])}
@@ -127,7 +136,7 @@ def main() -> None:
     for row in rows:
         row["pace_over_idle"] = round(row["pace_ms"]["median"] / idle, 3)
         busy = row["host"].get("busy_cores", {}).get("mean")
-        print(f"busy {row['busy']:>3} (host {busy}): pace {row['pace_ms']['median']:.4f} ms "
+        print(f"busy {row['busy']:>3} ({row['alive']} alive; host {busy}): pace {row['pace_ms']['median']:.4f} ms "
               f"({row['pace_over_idle']:.3f}x idle), spinners at {row['spinner_cpu_share']} of a core, "
               f"clock {row['host'].get('mhz_median')} MHz, steal {row['host'].get('steal_share')}", flush=True)
     out = {"kind": args.kind, "timed_core": timed, "cpu_count": os.cpu_count(), "seconds": args.seconds, "rows": rows}
