@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.core_noise import load, timed_calls  # noqa: E402  a reference and its inputs; the loop's timing
+from benchmarks.parent_load import cpu_jiffies  # noqa: E402
 from cudal1.evaluator.cores import timed_core  # noqa: E402
 from cudal1.evaluator.pace import probe_ms  # noqa: E402
 from cudal1.problems import Problem, load_cudal1_release  # noqa: E402
@@ -70,16 +71,9 @@ def cpu_probe(n: int = 20_000) -> float:
 def steal_ticks(cores: set[int]) -> int | None:
     """Clock ticks the hypervisor took from these cores so far (steal, /proc/stat's eighth field), or None
     where the kernel does not say (no /proc/stat, no steal column)."""
-    try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
-        return None
-    total, seen = 0, 0
-    for line in lines:
-        name, *fields = line.split()
-        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores and len(fields) >= 8:
-            total, seen = total + int(fields[7]), seen + 1
-    return total if seen else None
+    ticks = cpu_jiffies()
+    stolen = [ticks[c][2] for c in cores if c in ticks]
+    return sum(stolen) if stolen else None
 
 
 class Steal:

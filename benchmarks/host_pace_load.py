@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.parent_load import cpu_jiffies, cpu_mhz, host_summary  # noqa: E402
+from cudal1.evaluator.contention import process_cpu_s, sample  # noqa: E402
 from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core  # noqa: E402
 from cudal1.evaluator.pace import probe_ms  # noqa: E402
 from cudal1.reports import percentile  # noqa: E402
@@ -65,15 +66,6 @@ def spinner_cores(allowed: list[int], spare: list[int], timed: int | None, count
     return [c for c in order if c != timed][:count]
 
 
-def process_cpu_s(pid: int) -> float:
-    """A process's user and system CPU seconds so far (/proc/<pid>/stat); 0.0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def read_pace(seconds: float) -> tuple[list[float], list[tuple[dict, dict]]]:
     """The pace every 10 ms for ``seconds``, and the host's readings about every half second."""
     paces: list[float] = []
@@ -100,10 +92,10 @@ def one_count(cores: list[int], kind: str, devices: list[str], timed: int | None
             if kind.startswith("cuda") and p.stdout is not None:
                 p.stdout.readline()
         time.sleep(0.3)
-        cpu0, t0 = [process_cpu_s(p.pid) for p in procs], time.perf_counter()
+        before, t0 = [sample(p.pid) for p in procs], time.perf_counter()
         paces, host = read_pace(seconds)
         wall = time.perf_counter() - t0
-        shares = [(process_cpu_s(p.pid) - c) / wall for p, c in zip(procs, cpu0)]
+        shares = [process_cpu_s(b, sample(p.pid)) / wall for p, b in zip(procs, before)]
         alive = sum(p.poll() is None for p in procs)  # a spinner that failed to start spins nothing
     finally:
         for p in procs:

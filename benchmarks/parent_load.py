@@ -94,10 +94,10 @@ def host_summary(samples: list[tuple[dict[int, tuple[int, int, int]], dict[int, 
         return {}
     busy, steal, total = [], 0, 0
     for (before, _), (after, _) in zip(samples, samples[1:]):
-        shares = [(after[c][0] - before[c][0]) / max(after[c][1] - before[c][1], 1) for c in after if c in before]
-        busy.append(sum(shares))
-        steal += sum(after[c][2] - before[c][2] for c in after if c in before)
-        total += sum(after[c][1] - before[c][1] for c in after if c in before)
+        # each core's (busy, total, steal) ticks over the interval
+        deltas = [[a - b for a, b in zip(after[c], before[c])] for c in after if c in before]
+        busy.append(sum(d[0] / max(d[1], 1) for d in deltas))
+        steal, total = steal + sum(d[2] for d in deltas), total + sum(d[1] for d in deltas)
     out: dict[str, Any] = {"busy_cores": {"mean": round(statistics.fmean(busy), 2), "p90": round(percentile(busy, 90), 2)},
                            "steal_share": round(steal / max(total, 1), 4)}
     mhz = [statistics.fmean(m.values()) for _, m in samples if m]

@@ -149,7 +149,8 @@ def main() -> None:
         # builds cached before the load and done again in it (ninja's reason), or loads of 5 s or more in the
         # extension builder (extensions.CachedBuild, extensions._wrap)
         "cache_rebuilt": {e.problem_id: e.extra["cache_rebuilt"] for e in mine if e.extra.get("cache_rebuilt")},
-        # whether this process, which drives every device from its own threads, was saturated (parent_load.py)
+        # whether this process, which drives every device from its own threads, was saturated, and how busy
+        # the host around it was (parent_load.py)
         "parent": parent.summary(), "timed_cores": cores,
     }
     if args.agree_with is not None:

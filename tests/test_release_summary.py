@@ -136,16 +136,19 @@ def test_the_time_split_shows_the_loads_work_beside_what_it_can_hide_behind() ->
     assert split["load_cmd_s"] + split["first_call_s"] - split["correctness_s"] > split["wait_s"]
 
 
+# the whole release on one GPU and on both of 2x H200 hosts (docs/gpu-runs.md#2026-11-28-two-gpu-whole, #2026-11-28-split)
+WHOLE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-whole-h200"
+
+
 def test_the_whole_release_pair_on_one_h200_host_is_recorded_as_measured() -> None:
     """The whole release (210 programs) on one 2x H200 host (2026-11-28): one GPU 516.5 s over two calls,
     both GPUs 306.8 s, 1.684x; the rows summed over both devices took 1.20x one GPU's."""
     bench = load_script("release_bench")
-    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-whole-h200"
-    figures = bench.update_two_gpu({}, [runs / "one"], [runs / "two"], "cmd", "2026-11-28", "warm")
+    figures = bench.update_two_gpu({}, [WHOLE / "one"], [WHOLE / "two"], "cmd", "2026-11-28", "warm")
     two = figures["details"]["two_gpu"]
     assert figures["two_gpu_speedup"] == 1.684 and abs(516.5 / 306.8 - 1.684) < 1e-3
     assert (two["one_gpu_wall_s"], two["two_gpu_wall_s"], two["rows_s_two_over_one"]) == (516.5, 306.8, 1.199)
-    assert two["programs"] == 210 and bench.run_summary(runs / "one")["calls"] == 2
+    assert two["programs"] == 210 and bench.run_summary(WHOLE / "one")["calls"] == 2
 
 
 def test_one_process_per_gpu_sums_the_rows_as_one_process_does_and_the_host_is_what_slows() -> None:
@@ -154,17 +157,16 @@ def test_one_process_per_gpu_sums_the_rows_as_one_process_does_and_the_host_is_w
     11-15% slower than the one-GPU run, which another host's one-GPU run matched to 2%."""
     phases = load_script("pool_phases")
     bench = load_script("release_bench")
-    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "two-gpu-whole-h200"
 
     def paired(a: str, b: str) -> dict:
-        return phases.paired(load_evaluations(runs / a / "results.jsonl"), load_evaluations(runs / b / "results.jsonl"))
+        return phases.paired(load_evaluations(WHOLE / a / "results.jsonl"), load_evaluations(WHOLE / b / "results.jsonl"))
 
     split_two, split_one, two_one, other_one = (paired("split-host3", "two"), paired("split-host3", "one"),
                                                 paired("two", "one"), paired("one-partial-host4", "one"))
     assert split_two["ratios"]["host_pace_ms"] == 1.001 and split_two["verdict_changes"] == 0
     assert (split_one["ratios"]["host_pace_ms"], two_one["ratios"]["host_pace_ms"]) == (1.108, 1.146)
     assert other_one["ratios"]["host_pace_ms"] == 1.019 and other_one["both_ok"] == 102
-    split, two = bench.run_summary(runs / "split-host3"), bench.run_summary(runs / "two")
+    split, two = bench.run_summary(WHOLE / "split-host3"), bench.run_summary(WHOLE / "two")
     assert (split["wall_s"], two["wall_s"]) == (325.0, 306.8)
-    rows = {name: bench.rows_time(load_evaluations(runs / name / "results.jsonl")) for name in ("split-host3", "two", "one")}
+    rows = {name: bench.rows_time(load_evaluations(WHOLE / name / "results.jsonl")) for name in ("split-host3", "two", "one")}
     assert (round(rows["split-host3"], 1), round(rows["two"], 1), round(rows["one"], 1)) == (547.5, 557.5, 465.0)
