@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -82,15 +83,47 @@ def read_pace(seconds: float) -> tuple[list[float], list[tuple[dict, dict]]]:
     return paces, host
 
 
+READY_S = 90.0  # a CUDA spinner's start (import torch, its context) beside up to 30 others starting
+
+
+def wait_ready(procs: list[subprocess.Popen], seconds: float) -> None:
+    """Until each CUDA spinner has said it spins, or has exited, or ``seconds`` have passed: a spinner
+    that hangs in its start must not hang the run (it then counts as not alive only if it exited)."""
+    deadline = time.monotonic() + seconds
+    for p in procs:
+        if p.stdout is None:
+            continue
+        ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            p.stdout.readline()
+
+
+def paired(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each busy count's pace over the mean of the idle readings right before and after it, by count: with
+    the counts alternating with idle readings, the host's own drift (which moves the idle pace by 1.5x in
+    a minute) cancels out of each ratio.
+
+    >>> rows = [{"busy": b, "pace_ms": {"median": m}} for b, m in [(0, 1.0), (4, 1.2), (0, 1.4), (4, 1.3)]]
+    >>> paired(rows)
+    {'4': {'pairs': 1, 'median': 1.0, 'ratios': [1.0]}}
+    """
+    out: dict[str, list[float]] = {}
+    for i in range(1, len(rows) - 1):
+        before, row, after = rows[i - 1], rows[i], rows[i + 1]
+        if row["busy"] and not before["busy"] and not after["busy"]:
+            idle = (before["pace_ms"]["median"] + after["pace_ms"]["median"]) / 2
+            out.setdefault(str(row["busy"]), []).append(round(row["pace_ms"]["median"] / idle, 3))
+    return {k: {"pairs": len(v), "median": round(statistics.median(v), 3), "ratios": v} for k, v in out.items()}
+
+
 def one_count(cores: list[int], kind: str, devices: list[str], timed: int | None, seconds: float) -> dict[str, Any]:
     """The pace with a spinner on each of ``cores``, and what they and the host did meanwhile."""
     procs = [subprocess.Popen([sys.executable, "-c", SPIN[kind], str(core), devices[i % len(devices)]],
                               stdout=subprocess.PIPE if kind.startswith("cuda") else subprocess.DEVNULL)
              for i, core in enumerate(cores)]
     try:
-        for p in procs:  # a CUDA spinner is spinning once its context is up
-            if kind.startswith("cuda") and p.stdout is not None:
-                p.stdout.readline()
+        if kind.startswith("cuda"):
+            wait_ready(procs, READY_S)
         time.sleep(0.3)
         before, t0 = [sample(p.pid) for p in procs], time.perf_counter()
         paces, host = read_pace(seconds)
@@ -103,6 +136,7 @@ def one_count(cores: list[int], kind: str, devices: list[str], timed: int | None
             p.wait()
     return {"busy": len(cores), "cores": cores, "alive": alive, "readings": len(paces),
             "pace_ms": {"median": round(statistics.median(paces), 4), "p90": round(percentile(paces, 90), 4)},
+            "paces": [round(x, 4) for x in paces],
             "spinner_cpu_share": round(statistics.fmean(shares), 3) if shares else None,
             "host": host_summary(host, [timed] if timed is not None else [])}
 
@@ -122,19 +156,22 @@ def main() -> None:
     if timed is None:  # a CPU machine, or too few cores: the last allowed core stands in for it
         timed = allowed[-1]
     set_affinity(timed)
-    rows = [one_count(spinner_cores(allowed, spare, timed, c), args.kind, args.devices.split(","), timed, args.seconds)
-            for c in counts + [0]]
-    idle = rows[0]["pace_ms"]["median"]
-    for row in rows:
-        row["pace_over_idle"] = round(row["pace_ms"]["median"] / idle, 3)
+    out: dict[str, Any] = {"kind": args.kind, "timed_core": timed, "cpu_count": os.cpu_count(),
+                           "seconds": args.seconds, "rows": []}
+    for count in counts + [0]:  # each row printed and written as it is read: a run stopped from outside keeps them
+        row = one_count(spinner_cores(allowed, spare, timed, count), args.kind, args.devices.split(","), timed,
+                        args.seconds)
+        out["rows"].append(row)
+        row["pace_over_idle"] = round(row["pace_ms"]["median"] / out["rows"][0]["pace_ms"]["median"], 3)
         busy = row["host"].get("busy_cores", {}).get("mean")
         print(f"busy {row['busy']:>3} ({row['alive']} alive; host {busy}): pace {row['pace_ms']['median']:.4f} ms "
               f"({row['pace_over_idle']:.3f}x idle), spinners at {row['spinner_cpu_share']} of a core, "
               f"clock {row['host'].get('mhz_median')} MHz, steal {row['host'].get('steal_share')}", flush=True)
-    out = {"kind": args.kind, "timed_core": timed, "cpu_count": os.cpu_count(), "seconds": args.seconds, "rows": rows}
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-
+        out["paired"] = paired(out["rows"])
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
+    for count, pair in out["paired"].items():
+        print(f"busy {count:>3} over the idle readings around it: median {pair['median']} ({pair['ratios']})")
 
 if __name__ == "__main__":
     main()

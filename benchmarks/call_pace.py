@@ -1,0 +1,197 @@
+"""Does the host's pace, read right before each timed call, explain a launch-bound row's movement?
+
+On an idle 16-core H200 host the timed core's pace (cudal1/evaluator/pace.py's fixed Python work) switches
+between two levels 1.6x apart in spells of a median 21-31 ms (docs/gpu-runs.md#2026-11-29-pace-spells):
+shorter than one timed batch (about 40 ms), so a trial's calls mix both levels in a share that changes from
+one second to the next, and a launch-bound program's median follows that share. The evaluator reads the
+pace only around a batch (two instants), which cannot see the mixture inside it.
+
+This times, in one process pinned as a timed worker is, a release reference eagerly (A: the host launches
+every kernel) against the same forward replayed as one CUDA graph (B: one launch, what a fused candidate
+looks like to the host), batch by batch as the evaluator does (order a coin flip per trial), with a short
+probe of the same Python work (``--probe-n`` steps, about 15 us at a fast pace) right before each call,
+outside its time. A call is read at the fast pace when its probe is within ``FAST_SLACK`` of the row's
+10th percentile of probes. Per trial it takes the ratio of medians over all calls (the evaluator's figure)
+and over the fast calls only (where each side has enough of them); per evaluation the median of each; and
+between the evaluations of a row, ``--gap-s`` apart, how far each figure falls apart pairwise, as two runs'
+agreement is read.
+
+    PYTHONPATH=. python3 benchmarks/call_pace.py --release carry/h100.jsonl --rows L2-41,L2-70,L2-99 \
+        --evaluations 6 --json $OUT/call-pace.json
+
+Problem code only (trusted references); no candidate runs here. Off the GPU (``--device cpu``) B is the
+same eager forward: the ratio is 1 and only the split by pace means much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.core_noise import load  # noqa: E402  a reference and its inputs
+from benchmarks.graph_levels import captured, pinned_rows  # noqa: E402  the forward as one CUDA graph; setup
+from benchmarks.interleave import pairwise  # noqa: E402  evaluations' pairwise disagreement
+from cudal1.evaluator.pace import probe_ms  # noqa: E402
+from cudal1.reports import percentile  # noqa: E402
+
+FAST_SLACK = 1.25  # the two levels are about 1.6x apart: a probe within 25% of the row's fast one is fast
+MIN_FAST = 3  # fast calls a side needs in a trial for the trial to have a fast-pace ratio
+_rng = random.Random(0)
+
+
+def probed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None], flush: Callable[[], None],
+                 probe_n: int) -> list[tuple[float, float]]:
+    """(probe µs, call ms) for each of ``calls`` calls timed as the loop times them: L2 flush, probe, device
+    idle, host clock, call, device-wide sync. The probe is outside the call's time."""
+    out = []
+    for _ in range(calls):
+        flush()
+        pace = probe_ms(probe_n) * 1e3
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        out.append((pace, (time.perf_counter() - t0) * 1e3))
+    return out
+
+
+def fast_ratio(a: list[tuple[float, float]], b: list[tuple[float, float]], fast_us: float) -> float | None:
+    """The ratio of A's median to B's over the calls read at the fast pace (probe <= ``fast_us``), None
+    where either side has fewer than MIN_FAST of them.
+
+    >>> a = [(10.0, 2.0), (10.0, 2.2), (10.0, 2.1), (16.0, 3.5), (16.0, 3.6)]
+    >>> b = [(10.0, 1.0), (10.0, 1.0), (16.0, 1.1), (10.0, 1.0)]
+    >>> fast_ratio(a, b, 12.0), fast_ratio(a[2:], b, 12.0) is None
+    (2.1, True)
+    """
+    fa = [ms for p, ms in a if p <= fast_us]
+    fb = [ms for p, ms in b if p <= fast_us]
+    if min(len(fa), len(fb)) < MIN_FAST:
+        return None
+    return statistics.median(fa) / max(statistics.median(fb), 1e-9)
+
+
+def split_by_pace(calls: list[tuple[float, float]], fast_us: float) -> dict[str, Any]:
+    """Median call ms at the fast pace and at the slow one, and the share of calls read fast.
+
+    >>> split_by_pace([(10.0, 2.0), (16.0, 3.0), (10.0, 2.2)], 12.0)
+    {'fast_share': 0.667, 'fast_ms': 2.1, 'slow_ms': 3.0}
+    """
+    fast = [ms for p, ms in calls if p <= fast_us]
+    slow = [ms for p, ms in calls if p > fast_us]
+    return {"fast_share": round(len(fast) / max(len(calls), 1), 3),
+            "fast_ms": round(statistics.median(fast), 5) if fast else None,
+            "slow_ms": round(statistics.median(slow), 5) if slow else None}
+
+
+def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, trials: int, gap_s: float,
+                cuda: bool, probe_n: int, target_trial_ms: float = 40.0) -> dict[str, Any]:
+    """One row's evaluations: every call with its probe, then each evaluation's figures both ways."""
+    sync = torch._C._cuda_synchronize if cuda else (lambda: None)
+    flush_buf = torch.empty(64 << 20, dtype=torch.uint8, device="cuda") if cuda else None
+    flush: Callable[[], None] = (lambda: flush_buf.zero_()) if flush_buf is not None else (lambda: None)
+    with torch.no_grad():
+        for _ in range(5):
+            model(*inputs)
+
+        def eager() -> Any:
+            return model(*inputs)
+
+        replay, why = captured(model, inputs) if cuda else (eager, "")
+        if replay is None:
+            return {"graph_error": why}
+        slowest = max(statistics.median(ms for _, ms in probed_calls(f, 5, sync, flush, probe_n))
+                      for f in (eager, replay))
+        calls = int(min(200, max(3, target_trial_ms // max(slowest, 1e-3))))
+        evs: list[list[tuple[list[tuple[float, float]], list[tuple[float, float]]]]] = []
+        for _ in range(evaluations):
+            pairs = []
+            for _ in range(trials):
+                got: dict[str, list[tuple[float, float]]] = {}
+                for name in (["a", "b"] if _rng.random() < 0.5 else ["b", "a"]):
+                    prog = eager if name == "a" else replay
+                    prog()  # the warm-up call before each batch, as the harness makes one
+                    got[name] = probed_calls(prog, calls, sync, flush, probe_n)
+                pairs.append((got["a"], got["b"]))
+            evs.append(pairs)
+            time.sleep(gap_s)
+    probes = [p for pairs in evs for a, b in pairs for p, _ in a + b]
+    fast_us = FAST_SLACK * percentile(probes, 10)
+    every_a = [c for pairs in evs for a, _ in pairs for c in a]
+    every_b = [c for pairs in evs for _, b in pairs for c in b]
+    out: dict[str, Any] = {"calls_per_trial": calls, "fast_probe_us": round(fast_us, 2),
+                           "probe_us": {"p10": round(percentile(probes, 10), 2), "median": round(statistics.median(probes), 2),
+                                        "p90": round(percentile(probes, 90), 2)},
+                           "a_by_pace": split_by_pace(every_a, fast_us), "b_by_pace": split_by_pace(every_b, fast_us),
+                           "evaluations": []}
+    for pairs in evs:
+        every = [statistics.median(m for _, m in a) / max(statistics.median(m for _, m in b), 1e-9) for a, b in pairs]
+        fast = [r for a, b in pairs if (r := fast_ratio(a, b, fast_us)) is not None]
+        out["evaluations"].append({"speedup": round(statistics.median(every), 5),
+                                   "fast_speedup": round(statistics.median(fast), 5) if fast else None,
+                                   "fast_trials": len(fast),
+                                   "fast_share": round(sum(p <= fast_us for a, b in pairs for p, _ in a + b)
+                                                       / sum(len(a) + len(b) for a, b in pairs), 3)})
+    out["agreement"] = pairwise([e["speedup"] for e in out["evaluations"]])
+    fast_figures = [e["fast_speedup"] for e in out["evaluations"] if e["fast_speedup"] is not None]
+    out["fast_agreement"] = pairwise(fast_figures)
+    return out
+
+
+def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Over the rows measured: the median of the rows' pairwise median and p95 disagreement, every call's
+    figure against the fast calls' figure, and how many evaluations had no fast figure."""
+    got = [r for r in rows.values() if "agreement" in r]
+    if not got:
+        return {}
+
+    def med(key: str, stat: str) -> float:
+        return round(statistics.median(r[key][stat] or 0.0 for r in got), 4)
+
+    return {"rows": len(got), "every_call": {"median": med("agreement", "median"), "p95": med("agreement", "p95")},
+            "fast_calls": {"median": med("fast_agreement", "median"), "p95": med("fast_agreement", "p95")},
+            "evaluations_without_fast_figure": sum(e["fast_speedup"] is None for r in got for e in r["evaluations"])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--release", required=True, type=Path)
+    ap.add_argument("--rows", default="L2-41,L2-70,L2-69,L1-64,L2-85,L2-99")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--evaluations", type=int, default=6, help="evaluations per row")
+    ap.add_argument("--trials", type=int, default=15, help="trials per evaluation (the evaluator's ceiling)")
+    ap.add_argument("--gap-s", type=float, default=1.0, help="sleep between evaluations")
+    ap.add_argument("--probe-n", type=int, default=300, help="steps of the probe before each call")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, "call_pace.py")
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
+                              "evaluations": args.evaluations, "trials": args.trials, "gap_s": args.gap_s,
+                              "probe_n": args.probe_n, "rows": {}}
+    for pid in args.rows.split(","):
+        model, inputs = load(rows[pid].source, device)
+        row = measure_row(model, inputs, args.evaluations, args.trials, args.gap_s, cuda, args.probe_n)
+        result["rows"][pid] = row
+        print(pid, json.dumps({k: row.get(k) for k in ("calls_per_trial", "a_by_pace", "b_by_pace", "agreement",
+                                                       "fast_agreement")}), flush=True)
+        del model, inputs
+        if cuda:
+            torch.cuda.empty_cache()
+        if args.json is not None:  # after every row: a call that ends early keeps what it measured
+            args.json.write_text(json.dumps(result | {"summary": summary(result["rows"])}, indent=1))
+    print("summary", json.dumps(summary(result["rows"])))
+
+
+if __name__ == "__main__":
+    main()
