@@ -131,6 +131,10 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, tri
     every_a = [c for pairs in evs for a, _ in pairs for c in a]
     every_b = [c for pairs in evs for _, b in pairs for c in b]
     out: dict[str, Any] = {"calls_per_trial": calls, "fast_probe_us": round(fast_us, 2),
+                           # every call as (probe µs, ms), by evaluation and trial, A then B: another rule
+                           # (a floor kept across rows, fewer fast calls a trial) can be replayed on them
+                           "calls": [[[[[round(p, 2), round(ms, 5)] for p, ms in side] for side in pair] for pair in pairs]
+                                     for pairs in evs],
                            "probe_us": {"p10": round(percentile(probes, 10), 2), "median": round(statistics.median(probes), 2),
                                         "p90": round(percentile(probes, 90), 2)},
                            "a_by_pace": split_by_pace(every_a, fast_us), "b_by_pace": split_by_pace(every_b, fast_us),
@@ -189,7 +193,7 @@ def main() -> None:
         if cuda:
             torch.cuda.empty_cache()
         if args.json is not None:  # after every row: a call that ends early keeps what it measured
-            args.json.write_text(json.dumps(result | {"summary": summary(result["rows"])}, indent=1))
+            args.json.write_text(json.dumps(result | {"summary": summary(result["rows"])}))
     print("summary", json.dumps(summary(result["rows"])))
 
 

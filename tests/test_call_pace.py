@@ -21,6 +21,11 @@ def test_every_call_carries_its_probe_and_each_evaluation_has_both_figures() -> 
     for e in row["evaluations"]:
         assert e["speedup"] > 0 and 0 <= e["fast_share"] <= 1 and 0 <= e["fast_trials"] <= 4
         assert (e["fast_speedup"] is None) == (e["fast_trials"] == 0)
+    # every call kept, by evaluation, trial and program, as (probe µs, ms)
+    calls = row["calls"]
+    assert len(calls) == 3 and all(len(trials) == 4 for trials in calls)
+    assert all(len(side) == row["calls_per_trial"] and all(p > 0 and ms >= 0 for p, ms in side)
+               for trials in calls for pair in trials for side in pair)
     summary = call_pace.summary({"x": row})
     assert summary["rows"] == 1 and 0 <= summary["every_call"]["median"] <= summary["every_call"]["p95"]
 
