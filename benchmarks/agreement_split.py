@@ -96,6 +96,25 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
     return _summary(groups)
 
 
+def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
+    """Over the rows whose evaluations both have a figure from the calls read at the host's fast pace
+    (``call_pace.fast_speedup``, EvalConfig.call_pace): pooled pairwise agreement of that figure, and of
+    the figure over every call on the same rows. Empty where no run recorded it.
+
+    >>> from cudal1.candidates import Evaluation
+    >>> def row(s, f): return {"r": Evaluation("r", "c", Status.OK, speedup=s, extra={"call_pace": {"fast_speedup": f}})}
+    >>> by_call_pace([row(2.0, 1.5), row(3.0, 1.53)])
+    {'every_call': {'rows': 1, 'median': 0.5, 'p95': 0.5}, 'fast_calls': {'rows': 1, 'median': 0.02, 'p95': 0.02}}
+    """
+    groups: dict[str, list[float]] = {"every_call": [], "fast_calls": []}
+    for row, other, gap in _ok_pairs(runs):
+        fast = [(_extra(r, "call_pace") or {}).get("fast_speedup") for r in (row, other)]
+        if all(isinstance(f, (int, float)) and f > 0 for f in fast):
+            groups["every_call"].append(gap)
+            groups["fast_calls"].append(round(abs(fast[1] - fast[0]) / fast[0], 6))
+    return _summary(groups)
+
+
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
     """Within each evaluation that recorded its trials' pace readings (``trial_pace_ms`` beside
     ``trial_ms``): how the reference's trial medians and the trials' speedups follow the host's pace (r).
@@ -274,13 +293,17 @@ def main() -> None:
     runs = [load(r) for r in args.runs]
     report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
               "by_levels": by_levels(runs), "noise_budget": noise_budget(runs),
-              "pace_follow": pace_follow(runs[0]), "sittings": sittings(runs), "moved": moved(runs, args.moved)}
+              "by_call_pace": by_call_pace(runs), "pace_follow": pace_follow(runs[0]), "sittings": sittings(runs), "moved": moved(runs, args.moved)}
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
         print(f"reference {lo:g}-{hi:g} ms: {band['rows']:3d} rows, median {band['median']:.2%}, p95 {band['p95']:.2%}")
     for group, g in report["by_pace"].items():
         label = "host pace alike (within 15%)" if group == "same_pace" else "host pace apart"
         print(f"{label}: {g['rows']:3d} rows, "
+              f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    for group, g in report["by_call_pace"].items():
+        label = "every call" if group == "every_call" else "calls at the host's fast pace"
+        print(f"rows with a fast-pace figure in both, {label}: {g['rows']:3d} rows, "
               f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
     for group, g in report["by_levels"].items():
         print(f"trials in two levels, {group}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")

@@ -80,6 +80,8 @@ def main() -> None:
                     help="EvalConfig.pause_loads: loads ahead stop while the device times")
     ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=EvalConfig.tune_alone,
                     help="EvalConfig.tune_alone: a program that tunes itself makes its first call alone on its device")
+    ap.add_argument("--call-pace", action=argparse.BooleanOptionalAction, default=EvalConfig.call_pace,
+                    help="EvalConfig.call_pace: record each evaluation's speedup over the calls read at the host's fast pace")
     ap.add_argument("--spare-prep", action=argparse.BooleanOptionalAction, default=EvalConfig.spare_prep,
                     help="EvalConfig.spare_prep: a load's preparation of the inputs runs away from the timed core")
     args = ap.parse_args()
@@ -101,7 +103,8 @@ def main() -> None:
                         recheck_measurements=args.recheck_measurements, graph_inputs=args.graph_inputs,
                         clock=args.clock, target_trial_ms=args.trial_ms,
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
-                        tune_alone=args.tune_alone, spare_prep=args.spare_prep)
+                        tune_alone=args.tune_alone, spare_prep=args.spare_prep,
+                        call_pace=args.call_pace)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows

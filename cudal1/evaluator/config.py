@@ -102,6 +102,13 @@ class EvalConfig:
     # for the loads ahead. On every fifth release row on an H200 the preparation went from 0.50 to 0.25 s a
     # load and the correctness trials beside it from 7.0 to 4.7 s (docs/gpu-runs.md#2026-11-28-spare-prep).
     spare_prep: bool = True
+    # Record only: the timed workers read the host's pace (pace.py's probe) right before each timed call,
+    # outside its time, and each evaluation records the speedup over the calls read at the host's fast
+    # level beside the one over every call (extra["call_pace"], pace.fast_figure); nothing is decided by
+    # it. The pace switches between two levels 1.6x apart in spells of tens of ms, inside one batch: on
+    # eight launch-bound release rows the fast calls' figures of evaluations 1 s apart agreed to 3.9%
+    # where every call's disagreed by 25.7% (docs/gpu-runs.md#2026-11-29-pace-spells).
+    call_pace: bool = False
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.
@@ -188,9 +195,11 @@ class EvalConfig:
     def measurement_dict(self) -> dict[str, Any]:
         """The fields that decide a measurement (bounds and the device index are excluded)."""
         # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
-        # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured
+        # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured;
+        # call_pace adds a record beside the figures, outside the calls' time
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone", "spare_prep"}
+                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone", "spare_prep",
+                "call_pace"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
     @property

@@ -35,6 +35,9 @@ class TrialPair:
     # How long the reference's worker waited, right before its batch, for the device to answer fast with
     # the candidate stopped (idle_device.py; 0 where it did not probe)
     device_wait_ms: float = 0.0
+    # The host's pace before each call of each batch (EvalConfig.call_pace; pace.call_probes), or ()
+    reference_call_pace: tuple[float, ...] = ()
+    candidate_call_pace: tuple[float, ...] = ()
 
     @property
     def candidate_worked(self) -> bool:

@@ -21,7 +21,7 @@ from cudal1.evaluator.contention import (
     process_cpu_s,
     sample,
 )
-from cudal1.evaluator.pace import evaluation_pace
+from cudal1.evaluator.pace import call_probes, evaluation_pace, fast_figure
 from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
 from cudal1.evaluator.workers import new_seed
 
@@ -68,7 +68,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws}
+           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws, "call_pace": cfg.call_pace}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process
@@ -108,7 +108,8 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle,
-                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0))
+                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0),
+                     reference_call_pace=call_probes(ref, len(ref["ms"])), candidate_call_pace=call_probes(cand, len(cand["ms"])))
     _check_idle(run, pair)
     return pair
 
@@ -250,6 +251,10 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
                              # the most CPU the candidate's process used while idle (_time_reference)
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
+    if cfg.call_pace:  # beside the figure over every call, deciding nothing (pace.fast_figure)
+        figure = fast_figure([(p.reference_ms, p.reference_call_pace, p.candidate_ms, p.candidate_call_pace) for p in used])
+        if figure is not None:
+            extra["call_pace"] = figure
     longest_wait = max((p.device_wait_ms for p in timed), default=0.0)
     if longest_wait:  # the longest the reference waited for its device (idle_device.py)
         extra["device_wait_ms"] = round(longest_wait, 3)

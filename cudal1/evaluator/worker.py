@@ -27,7 +27,7 @@ from cudal1.evaluator.cores import on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
-from cudal1.evaluator.pace import probe_ms
+from cudal1.evaluator.pace import CALL_PROBE_STEPS, probe_ms
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -351,11 +351,14 @@ class Worker(ReferenceRole):
         # next inputs: on a CPU its 0.05-0.8 ms set calls per trial for 1.4-3.6 ms calls (docs/evaluator.md)
         call_ms: list[float] = []
         pace_before = probe_ms()  # the host CPU's pace around the batch (pace.py), outside the timed calls
+        paces: list[float] | None = [] if msg.get("call_pace") else None  # EvalConfig.call_pace
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
             upcoming = draw(seeds[0]) if seeds else []
             call_t0 = clock()
             for i, seed in enumerate(seeds):
                 inputs, upcoming = upcoming, []
+                if paces is not None:  # the host's pace right before the call, outside its time (pace.py)
+                    paces.append(probe_ms(CALL_PROBE_STEPS))
                 sync()  # device idle: no harness work or earlier call overlaps the timed region
                 if events:
                     events[i][0].record(stream)
@@ -400,4 +403,4 @@ class Worker(ReferenceRole):
                 "have seen stale inputs)"]}
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
         return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
-                "call_ms": call_ms, "pace_ms": pace} | settled | shipped
+                "call_ms": call_ms, "pace_ms": pace} | settled | shipped | ({"call_pace_ms": paces} if paces else {})

@@ -1,0 +1,57 @@
+"""EvalConfig.call_pace: the timed workers read the host's pace before each call, and each evaluation
+records the speedup over the calls read at the fast level beside the one over every call, deciding
+nothing (cudal1/evaluator/pace.py). A real evaluation on the CPU, and the figure's own rules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cudal1.candidates import Candidate, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.core import evaluate_candidate
+from cudal1.evaluator.pace import FAST_SLACK, MIN_FAST, call_probes, fast_figure
+from cudal1.problems import load_starter_suite
+
+CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=5, remeasure=1, target_trial_ms=5.0,
+                    recheck_above=None, static_checks=False)
+
+
+def test_an_evaluation_records_the_fast_figure_only_when_asked_and_it_changes_no_hash() -> None:
+    problem = load_starter_suite()[0]
+    candidate = Candidate(problem.problem_id, problem.source.replace("class Model", "class ModelNew"))
+    plain = evaluate_candidate(problem, candidate, CONFIG)
+    paced = evaluate_candidate(problem, candidate, replace(CONFIG, call_pace=True))
+    assert plain.status is paced.status is Status.OK, (plain.reason, paced.reason)
+    assert "call_pace" not in plain.extra
+    figure = paced.extra["call_pace"]
+    # every trial's calls were probed on both sides: the reference's 10th percentile sets the level, so
+    # at least a tenth of its calls read fast in the median trial
+    assert figure["fast_probe_ms"] > 0 and figure["fast_share"][0] > 0.05
+    assert 0 <= figure["fast_trials"] <= paced.trials
+    if figure["fast_trials"]:
+        # the same program on both sides: the fast calls' figure is near 1, as the every-call one is
+        assert 0.5 < figure["fast_speedup"] < 2.0
+    assert CONFIG.hash == replace(CONFIG, call_pace=True).hash
+
+
+def test_the_fast_level_comes_from_the_reference_and_slow_calls_are_left_out() -> None:
+    fast, slow = [0.010] * 6, [0.016] * 6
+    # a launch-bound reference: 2 ms at the fast level, 3.2 ms at the slow one; the candidate steady
+    trials = [([2.0] * 6 + [3.2] * 6, fast + slow, [1.0] * 12, fast + slow),
+              ([3.2] * 12, slow + slow, [1.0] * 12, slow + slow)]
+    figure = fast_figure(trials)
+    assert figure is not None and figure["fast_trials"] == 1 and figure["fast_speedup"] == 2.0
+    assert figure["fast_probe_ms"] == round(FAST_SLACK * 0.010, 5)
+    # a candidate that slows its own probes only loses its fast calls: no figure, never a larger one
+    slowed = [([2.0] * 6 + [3.2] * 6, fast + slow, [0.5] * 6 + [1.0] * 6, slow + slow)]
+    assert fast_figure(slowed)["fast_trials"] == 0 and fast_figure(slowed)["fast_speedup"] is None
+    # fewer than MIN_FAST fast calls a side: no figure for that trial
+    few = [([2.0] * (MIN_FAST - 1) + [3.2] * 9, [0.010] * (MIN_FAST - 1) + [0.016] * 9, [1.0] * 11, [0.010] * 11)]
+    assert fast_figure(few)["fast_trials"] == 0
+    assert fast_figure([([1.0], (), [1.0], ())]) is None
+
+
+def test_a_reply_without_one_number_per_call_records_no_probes() -> None:
+    assert call_probes({"call_pace_ms": [0.01, 0.02, 0.03]}, 3) == (0.01, 0.02, 0.03)
+    assert call_probes({"call_pace_ms": [0.01, 0.02]}, 3) == ()
+    assert call_probes({"call_pace_ms": "0.01"}, 1) == () and call_probes({}, 2) == ()
