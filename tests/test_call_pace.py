@@ -14,7 +14,8 @@ def test_every_call_carries_its_probe_and_each_evaluation_has_both_figures() -> 
                                 probe_n=200)
     assert 3 <= row["calls_per_trial"] <= 200
     assert 0 < row["probe_us"]["p10"] <= row["probe_us"]["median"] <= row["probe_us"]["p90"]
-    assert row["fast_probe_us"] == round(call_pace.FAST_SLACK * row["probe_us"]["p10"], 2)
+    # (both recorded to 0.01 µs: the product of the rounded 10th percentile may differ in the last digit)
+    assert abs(row["fast_probe_us"] - call_pace.FAST_SLACK * row["probe_us"]["p10"]) <= 0.02
     # at least the tenth of the probes at or below the 10th percentile read fast
     assert row["a_by_pace"]["fast_share"] >= 0.05 and row["a_by_pace"]["fast_ms"] > 0
     assert len(row["evaluations"]) == 3 and row["agreement"]["pairs"] == 3
