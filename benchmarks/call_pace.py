@@ -40,13 +40,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.core_noise import load  # noqa: E402  a reference and its inputs
-from benchmarks.graph_levels import captured, pinned_rows  # noqa: E402  the forward as one CUDA graph; setup
-from benchmarks.interleave import pairwise  # noqa: E402  evaluations' pairwise disagreement
-from cudal1.evaluator.pace import probe_ms  # noqa: E402
+from benchmarks.graph_levels import pinned_rows  # noqa: E402  setup
+from benchmarks.interleave import eager_and_replay, pairwise  # noqa: E402  the pair timed; evaluations' disagreement
+from cudal1.evaluator.pace import FAST_SLACK, fast_ratio, probe_ms  # noqa: E402  the evaluator's own rule
 from cudal1.reports import percentile  # noqa: E402
 
-FAST_SLACK = 1.25  # the two levels are about 1.6x apart: a probe within 25% of the row's fast one is fast
-MIN_FAST = 3  # fast calls a side needs in a trial for the trial to have a fast-pace ratio
 _rng = random.Random(0)
 
 
@@ -66,20 +64,16 @@ def probed_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None], 
     return out
 
 
-def fast_ratio(a: list[tuple[float, float]], b: list[tuple[float, float]], fast_us: float) -> float | None:
-    """The ratio of A's median to B's over the calls read at the fast pace (probe <= ``fast_us``), None
-    where either side has fewer than MIN_FAST of them.
+def trial_fast_ratio(a: list[tuple[float, float]], b: list[tuple[float, float]], fast_us: float) -> float | None:
+    """A trial's ratio over the calls read at the fast pace (cudal1.evaluator.pace.fast_ratio, the rule
+    EvalConfig.call_pace records), from its (probe, ms) calls of A and of B.
 
     >>> a = [(10.0, 2.0), (10.0, 2.2), (10.0, 2.1), (16.0, 3.5), (16.0, 3.6)]
     >>> b = [(10.0, 1.0), (10.0, 1.0), (16.0, 1.1), (10.0, 1.0)]
-    >>> fast_ratio(a, b, 12.0), fast_ratio(a[2:], b, 12.0) is None
+    >>> trial_fast_ratio(a, b, 12.0), trial_fast_ratio(a[2:], b, 12.0) is None
     (2.1, True)
     """
-    fa = [ms for p, ms in a if p <= fast_us]
-    fb = [ms for p, ms in b if p <= fast_us]
-    if min(len(fa), len(fb)) < MIN_FAST:
-        return None
-    return statistics.median(fa) / max(statistics.median(fb), 1e-9)
+    return fast_ratio([ms for _, ms in a], [p for p, _ in a], [ms for _, ms in b], [p for p, _ in b], fast_us)
 
 
 def split_by_pace(calls: list[tuple[float, float]], fast_us: float) -> dict[str, Any]:
@@ -98,22 +92,11 @@ def split_by_pace(calls: list[tuple[float, float]], fast_us: float) -> dict[str,
 def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, trials: int, gap_s: float,
                 cuda: bool, probe_n: int, target_trial_ms: float = 40.0) -> dict[str, Any]:
     """One row's evaluations: every call with its probe, then each evaluation's figures both ways."""
-    sync = torch._C._cuda_synchronize if cuda else (lambda: None)
-    flush_buf = torch.empty(64 << 20, dtype=torch.uint8, device="cuda") if cuda else None
-    flush: Callable[[], None] = (lambda: flush_buf.zero_()) if flush_buf is not None else (lambda: None)
+    pair, why = eager_and_replay(model, inputs, cuda, target_trial_ms)
+    if pair is None:
+        return {"graph_error": why}
+    eager, replay, sync, flush, calls = pair.eager, pair.replay, pair.sync, pair.flush, pair.calls
     with torch.no_grad():
-        for _ in range(5):
-            model(*inputs)
-
-        def eager() -> Any:
-            return model(*inputs)
-
-        replay, why = captured(model, inputs) if cuda else (eager, "")
-        if replay is None:
-            return {"graph_error": why}
-        slowest = max(statistics.median(ms for _, ms in probed_calls(f, 5, sync, flush, probe_n))
-                      for f in (eager, replay))
-        calls = int(min(200, max(3, target_trial_ms // max(slowest, 1e-3))))
         evs: list[list[tuple[list[tuple[float, float]], list[tuple[float, float]]]]] = []
         for _ in range(evaluations):
             pairs = []
@@ -141,7 +124,7 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, tri
                            "evaluations": []}
     for pairs in evs:
         every = [statistics.median(m for _, m in a) / max(statistics.median(m for _, m in b), 1e-9) for a, b in pairs]
-        fast = [r for a, b in pairs if (r := fast_ratio(a, b, fast_us)) is not None]
+        fast = [r for a, b in pairs if (r := trial_fast_ratio(a, b, fast_us)) is not None]
         out["evaluations"].append({"speedup": round(statistics.median(every), 5),
                                    "fast_speedup": round(statistics.median(fast), 5) if fast else None,
                                    "fast_trials": len(fast),

@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,22 @@ def pairwise(medians: list[float]) -> dict[str, float | int | None]:
     return {"pairs": len(ds), "median": round(statistics.median(ds), 4), "p95": round(p95(ds), 4)}
 
 
-def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, trials: int, gap_s: float,
-                cuda: bool, target_trial_ms: float = 40.0) -> dict[str, Any]:
-    """Both schemes' evaluations of one row, alternating (which scheme goes first alternates too)."""
+@dataclass(frozen=True)
+class Pair:
+    """A reference's forward eager (A) and replayed as one CUDA graph (B, the eager forward again off the
+    GPU), warmed up, with the loop's sync and L2 flush and the calls a trial makes of each."""
+
+    eager: Callable[[], Any]
+    replay: Callable[[], Any]
+    sync: Callable[[], None]
+    flush: Callable[[], None]
+    calls: int
+
+
+def eager_and_replay(model: torch.nn.Module, inputs: list[Any], cuda: bool,
+                     target_trial_ms: float = 40.0) -> tuple[Pair | None, str]:
+    """The pair both schemes here (and benchmarks/call_pace.py) time, or None and why the forward could not
+    be captured. Calls per trial from the slower side, as the evaluator's calibration does."""
     sync = torch._C._cuda_synchronize if cuda else (lambda: None)
     flush_buf = torch.empty(64 << 20, dtype=torch.uint8, device="cuda") if cuda else None
     flush: Callable[[], None] = (lambda: flush_buf.zero_()) if flush_buf is not None else (lambda: None)
@@ -116,10 +130,19 @@ def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, tri
 
         replay, why = captured(model, inputs) if cuda else (eager, "")
         if replay is None:
-            return {"graph_error": why}
-        # Calls per trial from the slower side, as the evaluator's calibration does, the same for both schemes
+            return None, why
         slowest = max(statistics.median(_timed(f, sync, flush) for _ in range(5)) for f in (eager, replay))
-        calls = int(min(200, max(3, target_trial_ms // max(slowest, 1e-3))))
+    return Pair(eager, replay, sync, flush, int(min(200, max(3, target_trial_ms // max(slowest, 1e-3))))), ""
+
+
+def measure_row(model: torch.nn.Module, inputs: list[Any], evaluations: int, trials: int, gap_s: float,
+                cuda: bool, target_trial_ms: float = 40.0) -> dict[str, Any]:
+    """Both schemes' evaluations of one row, alternating (which scheme goes first alternates too)."""
+    pair, why = eager_and_replay(model, inputs, cuda, target_trial_ms)
+    if pair is None:
+        return {"graph_error": why}
+    eager, replay, sync, flush, calls = pair.eager, pair.replay, pair.sync, pair.flush, pair.calls
+    with torch.no_grad():
         out: dict[str, Any] = {"calls_per_trial": calls}
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SCHEMES}
         for e in range(evaluations):

@@ -95,11 +95,33 @@ def fast_figure(trials: Sequence[tuple[Sequence[float], Sequence[float], Sequenc
     ratios: list[float] = []
     shares: list[tuple[float, float]] = []
     for ref_ms, ref_probes, cand_ms, cand_probes in trials:
-        ref_fast = [ms for ms, p in zip(ref_ms, ref_probes) if p <= fast]
-        cand_fast = [ms for ms, p in zip(cand_ms, cand_probes) if p <= fast]
-        shares.append((len(ref_fast) / max(len(ref_ms), 1), len(cand_fast) / max(len(cand_ms), 1)))
-        if min(len(ref_fast), len(cand_fast)) >= MIN_FAST:
-            ratios.append(statistics.median(ref_fast) / max(statistics.median(cand_fast), 1e-9))
+        shares.append((len(_fast(ref_ms, ref_probes, fast)) / max(len(ref_ms), 1),
+                       len(_fast(cand_ms, cand_probes, fast)) / max(len(cand_ms), 1)))
+        ratio = fast_ratio(ref_ms, ref_probes, cand_ms, cand_probes, fast)
+        if ratio is not None:
+            ratios.append(ratio)
     return {"fast_probe_ms": round(fast, 5), "fast_trials": len(ratios),
             "fast_speedup": round(statistics.median(ratios), 5) if ratios else None,
             "fast_share": [round(statistics.median(s[i] for s in shares), 3) for i in (0, 1)]}
+
+
+def _fast(ms: Sequence[float], probes: Sequence[float], fast: float) -> list[float]:
+    """The times of the calls whose probe read at or below ``fast``."""
+    return [t for t, p in zip(ms, probes) if p <= fast]
+
+
+def fast_ratio(ref_ms: Sequence[float], ref_probes: Sequence[float], cand_ms: Sequence[float],
+               cand_probes: Sequence[float], fast: float) -> float | None:
+    """One trial's ratio of the reference's median to the candidate's over the calls whose probe read at or
+    below ``fast``; None where either side has fewer than MIN_FAST of them.
+
+    >>> fast_ratio([2.0, 2.2, 2.1, 3.5, 3.6], [10.0, 10.0, 10.0, 16.0, 16.0], [1.0, 1.0, 1.1, 1.0],
+    ...            [10.0, 10.0, 16.0, 10.0], 12.0)
+    2.1
+    >>> fast_ratio([2.1, 3.5, 3.6], [10.0, 16.0, 16.0], [1.0] * 4, [10.0] * 4, 12.0) is None
+    True
+    """
+    ref_fast, cand_fast = _fast(ref_ms, ref_probes, fast), _fast(cand_ms, cand_probes, fast)
+    if min(len(ref_fast), len(cand_fast)) < MIN_FAST:
+        return None
+    return statistics.median(ref_fast) / max(statistics.median(cand_fast), 1e-9)
