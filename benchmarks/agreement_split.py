@@ -24,6 +24,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.graph_levels import correlation, levels  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
+from cudal1.evaluator.pace import decided_speedup  # noqa: E402
 
 BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
 
@@ -99,20 +101,30 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
 def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     """Over the rows whose evaluations both have a figure from the calls read at the host's fast pace
     (``call_pace.fast_speedup``, EvalConfig.call_pace): pooled pairwise agreement of that figure, and of
-    the figure over every call on the same rows. Empty where no run recorded it.
+    the figure over every call on the same rows. Then, over every row ok in both, the agreement of the figure
+    ``pace.decided_speedup`` would report (the fast one where its rule trusts it), with how often each reason
+    decided. Empty where no run recorded it.
 
     >>> from cudal1.candidates import Evaluation
     >>> def row(s, f): return {"r": Evaluation("r", "c", Status.OK, speedup=s, extra={"call_pace": {"fast_speedup": f}})}
-    >>> by_call_pace([row(2.0, 1.5), row(3.0, 1.53)])
-    {'every_call': {'rows': 1, 'median': 0.5, 'p95': 0.5}, 'fast_calls': {'rows': 1, 'median': 0.02, 'p95': 0.02}}
+    >>> by_call_pace([row(2.0, 1.5), row(3.0, 1.53)])["fast_calls"]
+    {'rows': 1, 'median': 0.02, 'p95': 0.02}
     """
-    groups: dict[str, list[float]] = {"every_call": [], "fast_calls": []}
+    groups: dict[str, list[float]] = {"every_call": [], "fast_calls": [], "decided_every_call": [], "decided": []}
+    reasons: Counter[str] = Counter()
     for row, other, gap in _ok_pairs(runs):
-        fast = [(_extra(r, "call_pace") or {}).get("fast_speedup") for r in (row, other)]
+        records = [_extra(r, "call_pace") for r in (row, other)]
+        if not any(records):
+            continue
+        fast = [(r or {}).get("fast_speedup") for r in records]
         if all(isinstance(f, (int, float)) and f > 0 for f in fast):
             groups["every_call"].append(gap)
             groups["fast_calls"].append(round(abs(fast[1] - fast[0]) / fast[0], 6))
-    return _summary(groups)
+        decided = [decided_speedup(r, e.speedup or 0.0) for r, e in zip(records, (row, other))]
+        reasons.update(why for _, why in decided)
+        groups["decided_every_call"].append(gap)
+        groups["decided"].append(round(abs(decided[1][0] - decided[0][0]) / max(decided[0][0], 1e-9), 6))
+    return _summary(groups) | ({"decided_reasons": dict(reasons)} if reasons else {})
 
 
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
@@ -301,10 +313,14 @@ def main() -> None:
         label = "host pace alike (within 15%)" if group == "same_pace" else "host pace apart"
         print(f"{label}: {g['rows']:3d} rows, "
               f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    labels = {"every_call": "rows with a fast-pace figure in both, every call",
+              "fast_calls": "rows with a fast-pace figure in both, calls at the host's fast pace",
+              "decided_every_call": "rows ok in both, every call", "decided": "rows ok in both, pace.decided_speedup"}
     for group, g in report["by_call_pace"].items():
-        label = "every call" if group == "every_call" else "calls at the host's fast pace"
-        print(f"rows with a fast-pace figure in both, {label}: {g['rows']:3d} rows, "
-              f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
+        if group in labels:
+            print(f"{labels[group]}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")
+    if "decided_reasons" in report["by_call_pace"]:
+        print("pace.decided_speedup's reasons:", report["by_call_pace"]["decided_reasons"])
     for group, g in report["by_levels"].items():
         print(f"trials in two levels, {group}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")
     budget = report["noise_budget"]

@@ -3,7 +3,8 @@
 harness overhead per call as the protocol pays it: the wall clock of a whole timed batch
 (``Worker.time_trial``) per call, less the timed forward (as the protocol times it) and the L2 flush, with
 the protocol's own calls per trial (``protocol_calls``; ``harness_overhead_us_20_calls``: 20 a batch,
-as first measured), on the default EvalConfig (inputs and flush as a captured graph, the host's clock);
+as first measured; ``harness_overhead_us_call_pace``: with EvalConfig.call_pace's probe before each call),
+on the default EvalConfig (inputs and flush as a captured graph, the host's clock);
 on CUDA also the earlier loop (eager inputs, CUDA events: ``harness_overhead_us_eager_events``) and the
 host cost of single torch calls (``primitives_us``).
 
@@ -103,6 +104,8 @@ def profile(problem: Problem, device: torch.device, repeats: int) -> dict[str, f
     calls = protocol_calls(worker)
     result |= batch_overhead(worker, calls=calls) | {"protocol_calls": calls}
     result["harness_overhead_us_20_calls"] = batch_overhead(worker, calls=20)["harness_overhead_us"]
+    # with EvalConfig.call_pace: the host's pace probed before each call (pace.CALL_PROBE_STEPS)
+    result["harness_overhead_us_call_pace"] = batch_overhead(worker, calls=calls, call_pace=True)["harness_overhead_us"]
     result["loop_us"] = loop_breakdown(worker, calls=max(repeats, 20) * 5)
     result["input_plan"] = worker.plan is not None
     result["device_draws"] = worker.counted is not None
@@ -211,7 +214,8 @@ def loop_breakdown(worker: Worker, calls: int) -> dict[str, float]:
     return medians
 
 
-def batch_overhead(worker: Worker, calls: int, batches: int = 5, clock: str = "host") -> dict[str, float]:
+def batch_overhead(worker: Worker, calls: int, batches: int = 5, clock: str = "host",
+                   call_pace: bool = False) -> dict[str, float]:
     """The protocol's own timed batch, as the parent sends it: wall clock per call minus the timed
     forward and the L2 flush (what the harness adds beside them), median over batches."""
     cuda = worker.device.type == "cuda"
@@ -229,7 +233,8 @@ def batch_overhead(worker: Worker, calls: int, batches: int = 5, clock: str = "h
     per_call, forward, overhead = [], [], []
     for _ in range(batches):
         msg = {"cmd": "time", "warmup_seeds": [new_seed()], "seeds": [new_seed() for _ in range(calls)],
-               "spot": [], "print_key": new_seed(), "clock": clock, "device_draws": worker.counted is not None}
+               "spot": [], "print_key": new_seed(), "clock": clock, "device_draws": worker.counted is not None,
+               "call_pace": call_pace}
         worker.time_trial(msg | {"seeds": msg["seeds"][:2]})  # warm-up batch: first-call effects out
         t0 = time.perf_counter()
         reply = worker.time_trial(msg)
@@ -276,7 +281,8 @@ def main() -> None:
         report["_summary"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                               "problems": len(overheads),
                               "harness_overhead_us_median": round(statistics.median(overheads), 1)}
-        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_eager_events", "harness_overhead_us_torch_draws",
+        for key in ("harness_overhead_us_20_calls", "harness_overhead_us_call_pace", "harness_overhead_us_eager_events",
+                    "harness_overhead_us_torch_draws",
                     "protocol_calls"):
             values = [r[key] for r in report.values() if key in r]
             if values:

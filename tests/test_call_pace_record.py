@@ -9,7 +9,14 @@ from dataclasses import replace
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
-from cudal1.evaluator.pace import FAST_SLACK, MIN_FAST, call_probes, fast_figure
+from cudal1.evaluator.pace import (
+    FAST_SLACK,
+    MIN_FAST,
+    MIN_FAST_TRIALS,
+    call_probes,
+    decided_speedup,
+    fast_figure,
+)
 from cudal1.problems import load_starter_suite
 
 CONFIG = EvalConfig(device="cpu", correctness_trials=2, timing_trials=5, remeasure=1, target_trial_ms=5.0,
@@ -55,3 +62,33 @@ def test_a_reply_without_one_number_per_call_records_no_probes() -> None:
     assert call_probes({"call_pace_ms": [0.01, 0.02, 0.03]}, 3) == (0.01, 0.02, 0.03)
     assert call_probes({"call_pace_ms": [0.01, 0.02]}, 3) == ()
     assert call_probes({"call_pace_ms": "0.01"}, 1) == () and call_probes({}, 2) == ()
+
+
+def test_the_rule_keeps_the_every_call_figure_for_a_candidate_that_hides_its_costly_calls() -> None:
+    fast, slow = [0.010] * 8, [0.016] * 8
+    # a launch-bound reference read in both spells: 2 ms fast, 3.2 ms slow (the host's 1.6x)
+    reference = ([2.0] * 8 + [3.2] * 8, fast + slow)
+    # an honest steady candidate beside it, probed in the same spells
+    honest = [(*reference, [1.0] * 16, fast + slow)] * 4
+    record = fast_figure(honest)
+    assert record["level_ratio"] == [1.6, 1.0]
+    assert decided_speedup(record, 2.6) == (2.0, "fast")
+    # a candidate whose every other call does 3x the work and slows the probe in front of just those calls:
+    # its fast calls are only its cheap ones, so the fast figure would double it
+    hiding = [(*reference, [1.0, 3.0] * 8, [0.010, 0.016] * 8)] * 4
+    record = fast_figure(hiding)
+    assert record["fast_speedup"] == 2.0 and record["level_ratio"][1] == 3.0
+    assert decided_speedup(record, 1.2) == (1.2, "candidate_levels")
+    # one that slows most of its probes reads fast far less often than the reference: kept to every call
+    shy = [(*reference, [1.0] * 16, [0.010] * 3 + [0.016] * 13)] * 4
+    assert decided_speedup(fast_figure(shy), 2.6) == (2.6, "candidate_share")
+    # too few trials with a fast figure, or none recorded: every call's figure
+    assert decided_speedup(fast_figure(honest[:2]), 2.6) == (2.6, "few_fast_trials")
+    assert decided_speedup(None, 2.6) == (2.6, "no_fast_figure")
+    assert MIN_FAST_TRIALS == 3
+
+
+def test_the_probe_is_harness_code_a_candidate_cannot_swap_unseen() -> None:
+    from cudal1.evaluator import identity, pace, worker
+    assert identity.harness_code()["pace.probe_ms"] is pace.probe_ms
+    assert worker._own_code()["worker.probe_ms"] is pace.probe_ms

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import device_draws, graphed, inputs, probes, transport
+from cudal1.evaluator import device_draws, graphed, inputs, pace, probes, transport
 from cudal1.evaluator.probes import Fingerprints, L2Flush
 
 # What a candidate must not replace: checked for identity after every command.
@@ -76,4 +76,5 @@ def harness_code() -> dict[str, Any]:
                                                                                 "hand", "sums")})
     names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order", "_pattern",
                                                                          "_weights", "_flush", "_rows", "_kernel_sums")})
+    names["pace.probe_ms"] = pace.probe_ms  # which of a program's calls read at the host's fast pace (call_pace)
     return names

@@ -94,15 +94,75 @@ def fast_figure(trials: Sequence[tuple[Sequence[float], Sequence[float], Sequenc
     fast = FAST_SLACK * reference[len(reference) // 10]
     ratios: list[float] = []
     shares: list[tuple[float, float]] = []
+    levels: tuple[list[float], list[float]] = ([], [])
     for ref_ms, ref_probes, cand_ms, cand_probes in trials:
         shares.append((len(_fast(ref_ms, ref_probes, fast)) / max(len(ref_ms), 1),
                        len(_fast(cand_ms, cand_probes, fast)) / max(len(cand_ms), 1)))
         ratio = fast_ratio(ref_ms, ref_probes, cand_ms, cand_probes, fast)
         if ratio is not None:
             ratios.append(ratio)
+        for side, (ms, probes) in enumerate(((ref_ms, ref_probes), (cand_ms, cand_probes))):
+            level = level_ratio(ms, probes, fast)
+            if level is not None:
+                levels[side].append(level)
     return {"fast_probe_ms": round(fast, 5), "fast_trials": len(ratios),
             "fast_speedup": round(statistics.median(ratios), 5) if ratios else None,
-            "fast_share": [round(statistics.median(s[i] for s in shares), 3) for i in (0, 1)]}
+            "fast_share": [round(statistics.median(s[i] for s in shares), 3) for i in (0, 1)],
+            "level_ratio": [round(statistics.median(side), 4) if side else None for side in levels]}
+
+
+def level_ratio(ms: Sequence[float], probes: Sequence[float], fast: float) -> float | None:
+    """How much slower one side's calls read at the slow level than at the fast one within a trial (median
+    over median), None where either level has fewer than MIN_FAST calls: about the levels' 1.6x for a
+    launch-bound program, about 1 for one whose time is the device's.
+
+    >>> level_ratio([2.0, 2.0, 2.1, 3.2, 3.3, 3.2], [10.0] * 3 + [16.0] * 3, 12.0)
+    1.6
+    """
+    quick = _fast(ms, probes, fast)
+    slow = [t for t, p in zip(ms, probes) if p > fast]
+    if min(len(quick), len(slow)) < MIN_FAST:
+        return None
+    return round(statistics.median(slow) / max(statistics.median(quick), 1e-9), 6)
+
+
+# decided_speedup: the fast calls' figure stands for a row only over this many trials with one, only where
+# the candidate's calls read fast at least SHARE_FLOOR times as often as the reference's, and only where its
+# slow calls are no more than LEVEL_SLACK times slower against its fast ones than the reference's (or 1)
+MIN_FAST_TRIALS = 3
+SHARE_FLOOR = 0.5
+LEVEL_SLACK = 1.15
+
+
+def decided_speedup(record: dict[str, Any] | None, speedup: float) -> tuple[float, str]:
+    """The figure a rule that decides by the host's fast pace would report, and why: the fast calls' figure
+    (``"fast"``), or the figure over every call where that one is not to be trusted. Replayed offline on
+    recorded evaluations (benchmarks/agreement_split.py); no evaluation reports it yet.
+
+    Which of the candidate's calls read fast is its own process's to say, so the rule holds the candidate's
+    calls to the reference's: a candidate that hid its costly calls behind slow probes would read fast less
+    often than the reference (``candidate_share``), and its slow calls would be slower against its fast ones
+    than the host's two levels make any program (``candidate_levels``).
+
+    >>> record = {"fast_speedup": 2.0, "fast_trials": 5, "fast_share": [0.4, 0.35], "level_ratio": [1.6, 1.02]}
+    >>> decided_speedup(record, 2.6)
+    (2.0, 'fast')
+    >>> decided_speedup(record | {"fast_share": [0.4, 0.1]}, 2.6)
+    (2.6, 'candidate_share')
+    >>> decided_speedup(record | {"level_ratio": [1.6, 2.4]}, 2.6), decided_speedup(record | {"fast_trials": 2}, 2.6)
+    ((2.6, 'candidate_levels'), (2.6, 'few_fast_trials'))
+    """
+    if not record or not isinstance(record.get("fast_speedup"), (int, float)):
+        return speedup, "no_fast_figure"
+    if record.get("fast_trials", 0) < MIN_FAST_TRIALS:
+        return speedup, "few_fast_trials"
+    ref_share, cand_share = record.get("fast_share") or (0.0, 0.0)
+    if cand_share < SHARE_FLOOR * ref_share:
+        return speedup, "candidate_share"
+    ref_level, cand_level = record.get("level_ratio") or (None, None)
+    if cand_level is not None and cand_level > LEVEL_SLACK * max(ref_level or 1.0, 1.0):
+        return speedup, "candidate_levels"
+    return float(record["fast_speedup"]), "fast"
 
 
 def _fast(ms: Sequence[float], probes: Sequence[float], fast: float) -> list[float]:

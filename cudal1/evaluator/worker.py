@@ -87,7 +87,7 @@ def _own_code() -> dict[str, Any]:
     names = {f"Worker.{n}": getattr(Worker, n) for n in ("load", "run", "time_trial", "reference_outputs",
                                                          "_forward", "_inputs_for", "_sync", "_ship", "violations")}
     module = sys.modules[__name__]
-    names.update({f"worker.{n}": getattr(module, n) for n in _PROBES + ("_device_sync", "_no_sync")})
+    names.update({f"worker.{n}": getattr(module, n) for n in _PROBES + ("_device_sync", "_no_sync", "probe_ms")})
     names.update(harness_code())
     return names
 
