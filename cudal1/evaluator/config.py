@@ -109,6 +109,12 @@ class EvalConfig:
     # eight launch-bound release rows the fast calls' figures of evaluations 1 s apart agreed to 3.9%
     # where every call's disagreed by 25.7% (docs/gpu-runs.md#2026-11-29-pace-spells).
     call_pace: bool = False
+    # On CUDA, before each timed call the timed worker reads the host's pace on its core and moves, at most
+    # this many times, to the next of its device's cores (cores.hop_cores) until one reads at the fast
+    # level (cores.CoreHop); 0 leaves every call on the timed core. The host's cores switch between two
+    # levels 1.6x apart each on its own, and a launch-bound call follows its core's level
+    # (docs/gpu-runs.md#2026-11-29-call-pace-release). Both programs of a pair move alike; every call counts.
+    fast_core: int = 0
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every
     # call (~20 us on the H100 host). A CPU device always uses the host's clock.

@@ -6,8 +6,10 @@ evaluation worker (worker_main) and the parent both use it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from cudal1.evaluator.pace import FAST_SLACK
 
 
 def timed_core(device: str, core: int | None = None) -> int | None:
@@ -65,3 +67,61 @@ def on_cores(cores: set[int] | None) -> Iterator[None]:
         yield
     finally:
         set_affinity(before)
+
+
+def hop_cores(device: str, devices: int) -> list[int]:
+    """The cores a device's timed workers may move between before each timed call (EvalConfig.fast_core):
+    its timed core first, then every ``devices``-th core of the upper half, so no two devices share one;
+    [] where :func:`timed_core` gives none."""
+    home = timed_core(device)
+    if home is None or not device.startswith("cuda"):
+        return []
+    allowed = sorted(os.sched_getaffinity(0))
+    half = len(allowed) // 2
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return [allowed[-1 - k] for k in range(half) if k % max(devices, 1) == index % max(devices, 1)]
+
+
+class CoreHop:
+    """Before each timed call, the timed worker reads the host's pace on its core and, where that core is
+    in its slow level, moves to the next of its ``cores`` and reads again, at most ``hops`` times
+    (EvalConfig.fast_core). The host's cores switch between two levels about 1.6x apart each on its own, in
+    spells of tens of milliseconds, so among four cores one is fast 91-96% of the time
+    (docs/gpu-runs.md#2026-11-29-call-pace-release). Every call is timed and counted wherever it runs; only
+    where it runs is chosen, and the same way for both programs of a pair, so a program that slowed its own
+    readings would only stay on a slow core. The fast level is FAST_SLACK over the fastest reading this
+    worker has had, every core read once at the first call."""
+
+    def __init__(self, cores: list[int], probe: Callable[[], float], move: Callable[[int], None] = set_affinity) -> None:
+        self.cores, self.probe, self.move = cores, probe, move
+        self.at = 0
+        self.floor: float | None = None
+        self.hops = 0  # moves made, for the reply
+
+    def before_call(self, hops: int) -> float:
+        """Onto a core at the fast level if one is found within ``hops`` moves; the last reading (ms)."""
+        if self.floor is None:  # the fastest of every core's reading sets the level
+            readings = []
+            for i, core in enumerate(self.cores):
+                self.move(core)
+                readings.append((self.probe(), i))
+            self.floor = min(r for r, _ in readings)
+            self.at = min(readings)[1]
+            self.move(self.cores[self.at])
+            self.hops += len(self.cores)
+        reading = self.probe()
+        for _ in range(min(hops, len(self.cores) - 1)):
+            if reading <= FAST_SLACK * self.floor:
+                break
+            self.at = (self.at + 1) % len(self.cores)
+            self.move(self.cores[self.at])
+            self.hops += 1
+            reading = self.probe()
+        self.floor = min(self.floor, reading)
+        return reading
+
+    def home(self) -> None:
+        """Back on the timed core, where the worker's other work runs."""
+        if self.at:
+            self.at = 0
+            self.move(self.cores[0])

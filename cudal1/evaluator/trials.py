@@ -68,7 +68,8 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws, "call_pace": cfg.call_pace}
+           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws, "call_pace": cfg.call_pace,
+           "fast_core": cfg.fast_core}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
-from cudal1.evaluator.cores import on_cores
+from cudal1.evaluator.cores import CoreHop, on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
@@ -94,7 +94,7 @@ def _own_code() -> dict[str, Any]:
 
 class Worker(ReferenceRole):
     def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None,
-                 spare_cores: set[int] | None = None) -> None:
+                 spare_cores: set[int] | None = None, hop_cores: list[int] | None = None) -> None:
         self.device = torch.device(device)
         # Inputs are drawn from a device generator of the harness's own; the device's default one only
         # follows it (inputs.follow_state): a program can break the default one for good.
@@ -126,6 +126,8 @@ class Worker(ReferenceRole):
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
         self.spare_cores = spare_cores  # a GPU worker's cores away from its timed one (worker_main)
+        # where its timed calls may move to a core at the host's fast pace (EvalConfig.fast_core)
+        self.hop = CoreHop(hop_cores, lambda: probe_ms(CALL_PROBE_STEPS)) if hop_cores else None
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -352,13 +354,16 @@ class Worker(ReferenceRole):
         call_ms: list[float] = []
         pace_before = probe_ms()  # the host CPU's pace around the batch (pace.py), outside the timed calls
         paces: list[float] | None = [] if msg.get("call_pace") else None  # EvalConfig.call_pace
+        hops = int(msg.get("fast_core") or 0) if self.hop is not None else 0  # EvalConfig.fast_core
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
             upcoming = draw(seeds[0]) if seeds else []
             call_t0 = clock()
             for i, seed in enumerate(seeds):
                 inputs, upcoming = upcoming, []
-                if paces is not None:  # the host's pace right before the call, outside its time (pace.py)
-                    paces.append(probe_ms(CALL_PROBE_STEPS))
+                if paces is not None or hops:  # the host's pace right before the call, outside its time (pace.py)
+                    reading = self.hop.before_call(hops) if hops else probe_ms(CALL_PROBE_STEPS)  # type: ignore[union-attr]
+                    if paces is not None:
+                        paces.append(reading)
                 sync()  # device idle: no harness work or earlier call overlaps the timed region
                 if events:
                     events[i][0].record(stream)
@@ -395,6 +400,8 @@ class Worker(ReferenceRole):
                     call_ms.append((now - call_t0) * 1e3)
                     call_t0 = now
         ms = timed()
+        if hops:
+            self.hop.home()  # type: ignore[union-attr]
         pace = [pace_before, probe_ms()]
         if graph is not None and not graph.intact():
             self.graphed = None  # the graph writes where the inputs no longer are: eager from here on
