@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.graph_levels import correlation, levels  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
-from cudal1.evaluator.pace import decided_speedup  # noqa: E402
+from cudal1.evaluator.pace import FAST_SLACK, decided_speedup  # noqa: E402
 
 BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
 
@@ -110,8 +110,10 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     >>> by_call_pace([row(2.0, 1.5), row(3.0, 1.53)])["fast_calls"]
     {'rows': 1, 'median': 0.02, 'p95': 0.02}
     """
-    groups: dict[str, list[float]] = {"every_call": [], "fast_calls": [], "decided_every_call": [], "decided": []}
+    groups: dict[str, list[float]] = {"every_call": [], "fast_calls": [], "floor_every_call": [], "floor_fast_calls": [],
+                                      "decided_every_call": [], "decided": []}
     reasons: Counter[str] = Counter()
+    floors = {id(run): _floor(run) for run in runs}
     for row, other, gap in _ok_pairs(runs):
         records = [_extra(r, "call_pace") for r in (row, other)]
         if not any(records):
@@ -120,11 +122,33 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
         if all(isinstance(f, (int, float)) and f > 0 for f in fast):
             groups["every_call"].append(gap)
             groups["fast_calls"].append(round(abs(fast[1] - fast[0]) / fast[0], 6))
+            # both evaluations' fast level at their run's floor: each saw the host's own fast level, not
+            # only the faster of two slow ones (an evaluation timed wholly in a slow spell of its core)
+            if all(_at_floor(r, floors[id(run)]) for r, run in zip(records, _runs_of(runs, row, other))):
+                groups["floor_every_call"].append(gap)
+                groups["floor_fast_calls"].append(groups["fast_calls"][-1])
         decided = [decided_speedup(r, e.speedup or 0.0) for r, e in zip(records, (row, other))]
         reasons.update(why for _, why in decided)
         groups["decided_every_call"].append(gap)
         groups["decided"].append(round(abs(decided[1][0] - decided[0][0]) / max(decided[0][0], 1e-9), 6))
     return _summary(groups) | ({"decided_reasons": dict(reasons)} if reasons else {})
+
+
+def _floor(run: dict[str, Evaluation]) -> float | None:
+    """The lowest fast level (``call_pace.fast_probe_ms``) any evaluation of the run had: the host's own."""
+    levels = [(_extra(r, "call_pace") or {}).get("fast_probe_ms") for r in run.values()]
+    return min((v for v in levels if isinstance(v, (int, float)) and v > 0), default=None)
+
+
+def _at_floor(record: dict[str, Any] | None, floor: float | None) -> bool:
+    """Whether an evaluation's fast level is within FAST_SLACK of its run's floor."""
+    level = (record or {}).get("fast_probe_ms")
+    return floor is not None and isinstance(level, (int, float)) and level <= FAST_SLACK * floor
+
+
+def _runs_of(runs: list[dict[str, Evaluation]], row: Evaluation, other: Evaluation) -> list[dict[str, Evaluation]]:
+    """The runs that hold these two evaluations, in order."""
+    return [next(run for run in runs if run.get(e.problem_id) is e) for e in (row, other)]
 
 
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:
@@ -315,6 +339,8 @@ def main() -> None:
               f"median {g['median']:.2%}, p95 {g['p95']:.2%}")
     labels = {"every_call": "rows with a fast-pace figure in both, every call",
               "fast_calls": "rows with a fast-pace figure in both, calls at the host's fast pace",
+              "floor_every_call": "rows whose fast level was the host's floor in both, every call",
+              "floor_fast_calls": "rows whose fast level was the host's floor in both, calls at the host's fast pace",
               "decided_every_call": "rows ok in both, every call", "decided": "rows ok in both, pace.decided_speedup"}
     for group, g in report["by_call_pace"].items():
         if group in labels:

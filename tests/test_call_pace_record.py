@@ -92,3 +92,21 @@ def test_the_probe_is_harness_code_a_candidate_cannot_swap_unseen() -> None:
     from cudal1.evaluator import identity, pace, worker
     assert identity.harness_code()["pace.probe_ms"] is pace.probe_ms
     assert worker._own_code()["worker.probe_ms"] is pace.probe_ms
+
+
+def test_agreement_split_reads_the_rows_timed_at_the_hosts_floor_apart() -> None:
+    from benchmarks.agreement_split import by_call_pace
+    from cudal1.candidates import Evaluation
+
+    def run(rows: dict[str, tuple[float, float, float]]) -> dict[str, Evaluation]:
+        return {pid: Evaluation(pid, "c", Status.OK, speedup=s, extra={"call_pace": {
+            "fast_speedup": f, "fast_probe_ms": level, "fast_trials": 5, "fast_share": [0.5, 0.5]}})
+            for pid, (s, f, level) in rows.items()}
+
+    # "a" saw the host's fast level (0.0125) in both runs; "b" only a slow one (0.02) in the second
+    first = run({"a": (2.0, 2.0, 0.0125), "b": (3.0, 3.0, 0.0125)})
+    second = run({"a": (2.2, 2.02, 0.0126), "b": (3.6, 3.3, 0.02)})
+    report = by_call_pace([first, second])
+    assert report["fast_calls"]["rows"] == 2 and report["floor_fast_calls"]["rows"] == 1
+    assert report["floor_fast_calls"]["median"] == 0.01 and report["floor_every_call"]["median"] == 0.1
+    assert report["decided_reasons"] == {"fast": 4}
