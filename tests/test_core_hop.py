@@ -39,6 +39,15 @@ def test_a_slow_core_is_left_for_the_next_within_the_moves_allowed() -> None:
     assert host.core == 7 and hop.at == 0
 
 
+def test_each_batch_starts_on_the_fastest_core_and_the_floor_only_falls() -> None:
+    host = Host({1: [0.010, 0.020], 2: [0.016, 0.012]})
+    hop = CoreHop([1, 2], host.probe, host.move)
+    hop.start()
+    assert hop.floor == 0.010 and host.core == 1 and hop.hops == 2
+    hop.start()  # the next batch: core 1 slow now, core 2 the fastest; the floor stays the host's
+    assert hop.floor == 0.010 and host.core == 2 and hop.at == 1 and hop.hops == 4
+
+
 def test_a_fast_core_is_kept() -> None:
     host = Host({3: [0.010, 0.0105, 0.0102], 2: [0.011]})
     hop = CoreHop([3, 2], host.probe, host.move)
@@ -80,3 +89,4 @@ def test_fast_core_is_part_of_the_measurement_and_guarded() -> None:
     assert EvalConfig().hash != replace(EvalConfig(), fast_core=3).hash
     names = identity.harness_code()
     assert names["CoreHop.before_call"] is CoreHop.before_call and names["CoreHop.home"] is CoreHop.home
+    assert names["CoreHop.start"] is CoreHop.start

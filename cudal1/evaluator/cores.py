@@ -90,7 +90,7 @@ class CoreHop:
     (docs/gpu-runs.md#2026-11-29-call-pace-release). Every call is timed and counted wherever it runs; only
     where it runs is chosen, and the same way for both programs of a pair, so a program that slowed its own
     readings would only stay on a slow core. The fast level is FAST_SLACK over the fastest reading this
-    worker has had, every core read once at the first call."""
+    worker has had; every core is read once before each batch (:meth:`start`)."""
 
     def __init__(self, cores: list[int], probe: Callable[[], float], move: Callable[[int], None] = set_affinity) -> None:
         self.cores, self.probe, self.move = cores, probe, move
@@ -98,17 +98,23 @@ class CoreHop:
         self.floor: float | None = None
         self.hops = 0  # moves made, for the reply
 
+    def start(self) -> None:
+        """Before a batch's first call, outside the iterations that set its calls per trial: every core read
+        once, the fastest reading lowering the level's floor, and the batch started on that core."""
+        readings = []
+        for i, core in enumerate(self.cores):
+            self.move(core)
+            readings.append((self.probe(), i))
+        fastest, self.at = min(readings)
+        self.floor = fastest if self.floor is None else min(self.floor, fastest)
+        self.move(self.cores[self.at])
+        self.hops += len(self.cores)
+
     def before_call(self, hops: int) -> float:
         """Onto a core at the fast level if one is found within ``hops`` moves; the last reading (ms)."""
-        if self.floor is None:  # the fastest of every core's reading sets the level
-            readings = []
-            for i, core in enumerate(self.cores):
-                self.move(core)
-                readings.append((self.probe(), i))
-            self.floor = min(r for r, _ in readings)
-            self.at = min(readings)[1]
-            self.move(self.cores[self.at])
-            self.hops += len(self.cores)
+        if self.floor is None:
+            self.start()
+        assert self.floor is not None
         reading = self.probe()
         for _ in range(min(hops, len(self.cores) - 1)):
             if reading <= FAST_SLACK * self.floor:

@@ -77,5 +77,5 @@ def harness_code() -> dict[str, Any]:
     names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order", "_pattern",
                                                                          "_weights", "_flush", "_rows", "_kernel_sums")})
     names["pace.probe_ms"] = pace.probe_ms  # which of a program's calls read at the host's fast pace (call_pace)
-    names.update({f"CoreHop.{n}": getattr(cores.CoreHop, n) for n in ("before_call", "home")})  # fast_core
+    names.update({f"CoreHop.{n}": getattr(cores.CoreHop, n) for n in ("start", "before_call", "home")})  # fast_core
     return names

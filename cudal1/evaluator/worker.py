@@ -357,6 +357,8 @@ class Worker(ReferenceRole):
         hops = int(msg.get("fast_core") or 0) if self.hop is not None else 0  # EvalConfig.fast_core
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
             upcoming = draw(seeds[0]) if seeds else []
+            if hops:
+                self.hop.start()  # type: ignore[union-attr]
             call_t0 = clock()
             for i, seed in enumerate(seeds):
                 inputs, upcoming = upcoming, []
