@@ -16,7 +16,9 @@ Those spells last tens of milliseconds (two levels 1.6x apart, a median 21-31 ms
 host; docs/gpu-runs.md#2026-11-29-pace-spells), so a batch of about 40 ms mixes both and the readings at
 its two ends cannot see the mix. Read right before each call instead (``EvalConfig.call_pace``, record
 only), the calls at the fast level give a launch-bound row a figure that repeats: evaluations 1 s apart
-agreed to 3.9% where every call's figures disagreed by 25.7% (:func:`fast_figure`).
+agreed to 3.9% where every call's figures disagreed by 25.7% (:func:`fast_figure`). Each core switches
+on its own (benchmarks/core_pace.py), so an evaluation timed wholly in its core's slow spell has no fast
+calls to select; ``EvalConfig.fast_core`` moves the timed call to a fast core instead (cores.CoreHop).
 
 Only the reference's worker is read around a batch: it runs trusted problem code, and the candidate's process is
 stopped while the reference is timed (trials._time_reference), so no thread of its can slow it.
