@@ -12,6 +12,7 @@
 # evalone    one `cudal1 evaluate-one` of an elementwise program, wall clock -> $OUT/evaluate_one.json
 # gpu-tests  the GPU adversarial suite (tests/gpu) -> $OUT/gpu-tests.log
 # gpu-tests-eager  the same suite with EvalConfig.graph_inputs off -> $OUT/gpu-tests-eager.log
+# gpu-tests-fast-core  the same suite with EvalConfig.fast_core 3 -> $OUT/gpu-tests-fast-core.log
 # (EXTRA="--no-graph-inputs --clock events --trial-ms 20" passes release_eval.py options to sample/cold/release)
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
 # cold       LIMIT rows, cold build cache only -> $OUT/cold
@@ -75,6 +76,10 @@ for step in ${STEPS:-overhead}; do
     gpu-tests)
       stamp gpu-tests
       python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/gpu > "$OUT/gpu-tests.log" 2>&1; tail -n 5 "$OUT/gpu-tests.log" ;;
+    gpu-tests-fast-core)
+      stamp gpu-tests-fast-core
+      CUDAL1_FAST_CORE=3 python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/gpu > "$OUT/gpu-tests-fast-core.log" 2>&1
+      tail -n 5 "$OUT/gpu-tests-fast-core.log" ;;
     gpu-tests-eager)
       stamp gpu-tests-eager
       CUDAL1_GRAPH_INPUTS=0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu -x > "$OUT/gpu-tests-eager.log" 2>&1

@@ -90,3 +90,16 @@ def test_fast_core_is_part_of_the_measurement_and_guarded() -> None:
     names = identity.harness_code()
     assert names["CoreHop.before_call"] is CoreHop.before_call and names["CoreHop.home"] is CoreHop.home
     assert names["CoreHop.start"] is CoreHop.start
+
+
+def test_a_program_cannot_move_itself_or_reach_the_harness_moves() -> None:
+    from cudal1.evaluator.static import screen
+    base = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    # onto a core of its choosing, directly or through the harness's object found among the interpreter's
+    moves = ["import os\nos.sched_setaffinity(0, {3})\n",
+             "import gc\nhop = [o for o in gc.get_objects() if type(o).__name__ == 'CoreHop']\n",
+             "import sys\nsys.modules['cudal1.evaluator.cores'].CoreHop.before_call = lambda self, hops: 0.0\n"]
+    assert screen(base) == (False, ())
+    for move in moves:
+        rejected, _ = screen(move + base)
+        assert rejected, move

@@ -105,9 +105,11 @@ def load_candidate(case: GpuCase) -> Candidate:
 
 @pytest.fixture(scope="module")
 def config() -> EvalConfig:
-    # CUDAL1_GRAPH_INPUTS=0: the whole suite again with the eager inputs (the graph is the default)
+    # CUDAL1_GRAPH_INPUTS=0: the whole suite again with the eager inputs (the graph is the default);
+    # CUDAL1_FAST_CORE=N: again with the timed calls moved to a fast core (EvalConfig.fast_core)
     return EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20,
-                      run_timeout_s=60, build_timeout_s=300, graph_inputs=os.environ.get("CUDAL1_GRAPH_INPUTS", "1") == "1")
+                      run_timeout_s=60, build_timeout_s=300, graph_inputs=os.environ.get("CUDAL1_GRAPH_INPUTS", "1") == "1",
+                      fast_core=int(os.environ.get("CUDAL1_FAST_CORE", "0")))
 
 
 _CACHE: dict[tuple[str, bool], Evaluation] = {}
