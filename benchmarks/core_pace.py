@@ -96,8 +96,9 @@ def summarize(got: dict[int, list[tuple[float, float]]], seconds: float, bin_ms:
     cores = {str(c): {"readings": len(got[c]), "median_ms": round(statistics.median(ms for _, ms in got[c]), 5),
                       "fast_share": round(sum(f) / max(len(f), 1), 3)} | spells(f, bin_ms) for c, f in fast.items()}
     pairs = list(itertools.combinations(sorted(fast), 2))
-    same = [sum(a == b for a, b in zip(fast[x], fast[y])) / len(full) for x, y in pairs]
-    shares = {c: sum(f) / len(f) for c, f in fast.items()}
+    # a bin counts only where every core has a reading (a reader descheduled for a bin has none there)
+    same = [sum(a == b for a, b in zip(fast[x], fast[y])) / len(full) for x, y in pairs] if full else []
+    shares = {c: sum(f) / max(len(f), 1) for c, f in fast.items()}
     independent = [shares[x] * shares[y] + (1 - shares[x]) * (1 - shares[y]) for x, y in pairs]
     r = [correlation([float(v) for v in fast[x]], [float(v) for v in fast[y]], digits=3) for x, y in pairs]
     return {"floor_ms": round(floor, 5), "bins": len(full), "cores": cores,

@@ -28,5 +28,12 @@ def test_a_real_read_on_two_cores_of_this_machine() -> None:
     got = read_group([0, 0], 0.3) if len(__import__("os").sched_getaffinity(0)) < 2 else read_group([0, 1], 0.3)
     assert got and all(len(r) > 100 for r in got.values())
     report = summarize(got, 0.3, 5.0)
-    assert report["floor_ms"] > 0 and report["bins"] > 30
-    assert all(0 <= c["fast_share"] <= 1 for c in report["cores"].values())
+    # under a loaded test run a reader can miss whole bins, and only bins both cores read are compared
+    assert report["floor_ms"] > 0 and 0 <= report["bins"] <= 60
+    assert all(0 <= c["fast_share"] <= 1 and c["readings"] > 100 for c in report["cores"].values())
+
+
+def test_cores_with_no_bin_in_common_give_no_comparison() -> None:
+    # one reader ran only in the first 10 ms, the other only after: no bin holds both
+    report = summarize({0: [(0.001, 0.01), (0.002, 0.011)], 1: [(0.05, 0.01), (0.06, 0.012)]}, 0.1, 5.0)
+    assert report["bins"] == 0 and report["same_level"] is None and report["any_fast_share"] == 0
