@@ -98,12 +98,17 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
     return _summary(groups)
 
 
+PACED = 1.15  # a side's slow-over-fast level ratio (call_pace.level_ratio) from which its calls follow the host
+
+
 def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     """Over the rows whose evaluations both have a figure from the calls read at the host's fast pace
     (``call_pace.fast_speedup``, EvalConfig.call_pace): pooled pairwise agreement of that figure, and of
     the figure over every call on the same rows. Then, over every row ok in both, the agreement of the figure
     ``pace.decided_speedup`` would report (the fast one where its rule trusts it), with how often each reason
-    decided. Empty where no run recorded it.
+    decided; and every call's agreement split by whether the row's calls follow the host's pace
+    (``follows_host``: a level ratio of PACED or more on either side in either run), do not
+    (``device_bound``), or held one level in every trial (``one_level``). Empty where no run recorded it.
 
     >>> from cudal1.candidates import Evaluation
     >>> def row(s, f): return {"r": Evaluation("r", "c", Status.OK, speedup=s, extra={"call_pace": {"fast_speedup": f}})}
@@ -111,7 +116,8 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     {'rows': 1, 'median': 0.02, 'p95': 0.02}
     """
     groups: dict[str, list[float]] = {"every_call": [], "fast_calls": [], "floor_every_call": [], "floor_fast_calls": [],
-                                      "decided_every_call": [], "decided": []}
+                                      "decided_every_call": [], "decided": [],
+                                      "follows_host": [], "device_bound": [], "one_level": []}
     reasons: Counter[str] = Counter()
     floors = {id(run): _floor(run) for run in runs}
     for row, other, gap in _ok_pairs(runs):
@@ -127,6 +133,10 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
             if all(_at_floor(r, floors[id(run)]) for r, run in zip(records, _runs_of(runs, row, other))):
                 groups["floor_every_call"].append(gap)
                 groups["floor_fast_calls"].append(groups["fast_calls"][-1])
+        # Whether the row's calls follow the host's pace: a side's slow calls PACED slower than its fast
+        # ones in either run; device-bound where every ratio read is below; one level where none was read
+        ratios = [v for r in records for v in ((r or {}).get("level_ratio") or ()) if isinstance(v, (int, float))]
+        groups["one_level" if not ratios else "follows_host" if max(ratios) >= PACED else "device_bound"].append(gap)
         decided = [decided_speedup(r, e.speedup or 0.0) for r, e in zip(records, (row, other))]
         reasons.update(why for _, why in decided)
         groups["decided_every_call"].append(gap)
@@ -341,7 +351,10 @@ def main() -> None:
               "fast_calls": "rows with a fast-pace figure in both, calls at the host's fast pace",
               "floor_every_call": "rows whose fast level was the host's floor in both, every call",
               "floor_fast_calls": "rows whose fast level was the host's floor in both, calls at the host's fast pace",
-              "decided_every_call": "rows ok in both, every call", "decided": "rows ok in both, pace.decided_speedup"}
+              "decided_every_call": "rows ok in both, every call", "decided": "rows ok in both, pace.decided_speedup",
+              "follows_host": "rows whose calls follow the host's pace, every call",
+              "device_bound": "rows whose calls do not follow it, every call",
+              "one_level": "rows with one level in every trial, every call"}
     for group, g in report["by_call_pace"].items():
         if group in labels:
             print(f"{labels[group]}: {g['rows']:3d} rows, median {g['median']:.2%}, p95 {g['p95']:.2%}")
