@@ -110,3 +110,23 @@ def test_agreement_split_reads_the_rows_timed_at_the_hosts_floor_apart() -> None
     assert report["fast_calls"]["rows"] == 2 and report["floor_fast_calls"]["rows"] == 1
     assert report["floor_fast_calls"]["median"] == 0.01 and report["floor_every_call"]["median"] == 0.1
     assert report["decided_reasons"] == {"fast": 4}
+
+
+def test_agreement_split_tells_rows_that_follow_the_host_from_device_bound_ones() -> None:
+    from benchmarks.agreement_split import by_call_pace
+    from cudal1.candidates import Evaluation
+
+    def row(pid: str, speedup: float, levels: list[float | None]) -> Evaluation:
+        return Evaluation(pid, "c", Status.OK, speedup=speedup, extra={"call_pace": {
+            "fast_speedup": speedup, "fast_probe_ms": 0.0125, "fast_trials": 5, "fast_share": [0.5, 0.5],
+            "level_ratio": levels}})
+
+    # "paced": its reference's slow calls 1.6x its fast ones; "device": both sides about 1; "long": no ratio
+    first = {"paced": row("paced", 2.0, [1.6, 1.0]), "device": row("device", 3.0, [1.02, 1.01]),
+             "long": row("long", 4.0, [None, None])}
+    second = {"paced": row("paced", 2.4, [1.5, 1.0]), "device": row("device", 3.03, [1.03, 1.0]),
+              "long": row("long", 4.4, [None, None])}
+    report = by_call_pace([first, second])
+    assert report["follows_host"] == {"rows": 1, "median": 0.2, "p95": 0.2}
+    assert report["device_bound"] == {"rows": 1, "median": 0.01, "p95": 0.01}
+    assert report["one_level"]["rows"] == 1
