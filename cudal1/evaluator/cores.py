@@ -96,7 +96,7 @@ class CoreHop:
         self.cores, self.probe, self.move = cores, probe, move
         self.at = 0
         self.floor: float | None = None
-        self.hops = 0  # moves made, for the reply
+        self.hops = 0  # moves made over the worker's life
 
     def start(self) -> None:
         """Before a batch's first call, outside the iterations that set its calls per trial: every core read
