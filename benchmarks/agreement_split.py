@@ -119,7 +119,7 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
                                       "decided_every_call": [], "decided": [],
                                       "follows_host": [], "device_bound": [], "one_level": []}
     reasons: Counter[str] = Counter()
-    floors = {id(run): _floor(run) for run in runs}
+    floor_of = {id(e): floor for run in runs for floor in (_floor(run),) for e in run.values()}  # each run's own
     for row, other, gap in _ok_pairs(runs):
         records = [_extra(r, "call_pace") for r in (row, other)]
         if not any(records):
@@ -130,7 +130,7 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
             groups["fast_calls"].append(round(abs(fast[1] - fast[0]) / fast[0], 6))
             # both evaluations' fast level at their run's floor: each saw the host's own fast level, not
             # only the faster of two slow ones (an evaluation timed wholly in a slow spell of its core)
-            if all(_at_floor(r, floors[id(run)]) for r, run in zip(records, _runs_of(runs, row, other))):
+            if all(_at_floor(r, floor_of[id(e)]) for r, e in zip(records, (row, other))):
                 groups["floor_every_call"].append(gap)
                 groups["floor_fast_calls"].append(groups["fast_calls"][-1])
         # Whether the row's calls follow the host's pace: a side's slow calls PACED slower than its fast
@@ -154,11 +154,6 @@ def _at_floor(record: dict[str, Any] | None, floor: float | None) -> bool:
     """Whether an evaluation's fast level is within FAST_SLACK of its run's floor."""
     level = (record or {}).get("fast_probe_ms")
     return floor is not None and isinstance(level, (int, float)) and level <= FAST_SLACK * floor
-
-
-def _runs_of(runs: list[dict[str, Evaluation]], row: Evaluation, other: Evaluation) -> list[dict[str, Evaluation]]:
-    """The runs that hold these two evaluations, in order."""
-    return [next(run for run in runs if run.get(e.problem_id) is e) for e in (row, other)]
 
 
 def pace_follow(run: dict[str, Evaluation]) -> list[dict[str, Any]]:

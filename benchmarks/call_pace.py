@@ -26,7 +26,6 @@ same eager forward: the ratio is 1 and only the split by pace means much.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -39,9 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.core_noise import load  # noqa: E402  a reference and its inputs
-from benchmarks.graph_levels import pinned_rows  # noqa: E402  setup
-from benchmarks.interleave import eager_and_replay, pairwise  # noqa: E402  the pair timed; evaluations' disagreement
+from benchmarks.interleave import eager_and_replay, pairwise, row_arguments, run_rows  # noqa: E402  the pair timed; disagreement; the row loop
 from cudal1.evaluator.pace import FAST_SLACK, fast_ratio, probe_ms  # noqa: E402  the evaluator's own rule
 from cudal1.reports import percentile  # noqa: E402
 
@@ -153,31 +150,14 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--release", required=True, type=Path)
-    ap.add_argument("--rows", default="L2-41,L2-70,L2-69,L1-64,L2-85,L2-99")
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--evaluations", type=int, default=6, help="evaluations per row")
-    ap.add_argument("--trials", type=int, default=15, help="trials per evaluation (the evaluator's ceiling)")
-    ap.add_argument("--gap-s", type=float, default=1.0, help="sleep between evaluations")
+    row_arguments(ap, "row")
     ap.add_argument("--probe-n", type=int, default=300, help="steps of the probe before each call")
-    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, "call_pace.py")
-    result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
-                              "evaluations": args.evaluations, "trials": args.trials, "gap_s": args.gap_s,
-                              "probe_n": args.probe_n, "rows": {}}
-    for pid in args.rows.split(","):
-        model, inputs = load(rows[pid].source, device)
-        row = measure_row(model, inputs, args.evaluations, args.trials, args.gap_s, cuda, args.probe_n)
-        result["rows"][pid] = row
-        print(pid, json.dumps({k: row.get(k) for k in ("calls_per_trial", "a_by_pace", "b_by_pace", "agreement",
-                                                       "fast_agreement")}), flush=True)
-        del model, inputs
-        if cuda:
-            torch.cuda.empty_cache()
-        if args.json is not None:  # after every row: a call that ends early keeps what it measured
-            args.json.write_text(json.dumps(result | {"summary": summary(result["rows"])}))
-    print("summary", json.dumps(summary(result["rows"])))
+    run_rows(args, "call_pace.py",
+             lambda model, inputs, cuda: measure_row(model, inputs, args.evaluations, args.trials, args.gap_s, cuda,
+                                                     args.probe_n),
+             lambda row: {k: row.get(k) for k in ("calls_per_trial", "a_by_pace", "b_by_pace", "agreement", "fast_agreement")},
+             summary, header={"probe_n": args.probe_n}, indent=None)
 
 
 if __name__ == "__main__":

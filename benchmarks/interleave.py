@@ -176,31 +176,50 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def row_arguments(ap: argparse.ArgumentParser, per: str) -> None:
+    """The arguments every script that evaluates release references row by row takes (this one, call_pace.py);
+    ``per`` says what one evaluation is counted per."""
     ap.add_argument("--release", required=True, type=Path)
     ap.add_argument("--rows", default="L2-41,L2-70,L2-69,L1-64,L2-85,L2-99")
     ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--evaluations", type=int, default=6, help="evaluations per scheme and row")
+    ap.add_argument("--evaluations", type=int, default=6, help=f"evaluations per {per}")
     ap.add_argument("--trials", type=int, default=15, help="trials per evaluation (the evaluator's ceiling)")
     ap.add_argument("--gap-s", type=float, default=1.0, help="sleep between evaluations")
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
-    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, "interleave.py")
+
+
+def run_rows(args: argparse.Namespace, script: str, measure: Callable[[Any, list[Any], bool], dict[str, Any]],
+             shown: Callable[[dict[str, Any]], dict[str, Any]], summarize: Callable[[dict[str, dict[str, Any]]], Any],
+             header: dict[str, Any] | None = None, indent: int | None = 1) -> None:
+    """Each row of ``args.rows`` on the pinned core: its reference loaded, ``measure(model, inputs, cuda)``,
+    a line of ``shown(row)``; the whole result (with ``header``) written to ``args.json`` after every row, so
+    a call that ends early keeps what it measured, and ``summarize``'s figure printed at the end."""
+    device, cuda, core, rows = pinned_rows(args.release, args.rows, args.device, script)
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "core": core,
-                              "evaluations": args.evaluations, "trials": args.trials, "gap_s": args.gap_s, "rows": {}}
+                              "evaluations": args.evaluations, "trials": args.trials, "gap_s": args.gap_s,
+                              **(header or {}), "rows": {}}
     for pid in args.rows.split(","):
         model, inputs = load(rows[pid].source, device)
-        row = measure_row(model, inputs, args.evaluations, args.trials, args.gap_s, cuda)
+        row = measure(model, inputs, cuda)
         result["rows"][pid] = row
-        print(pid, json.dumps({k: ({n: v[n] for n in ("agreement", "trial_spread_median", "a_ms_spread")}
-                                   if isinstance(v, dict) else v) for k, v in row.items()}), flush=True)
+        print(pid, json.dumps(shown(row)), flush=True)
         del model, inputs
         if cuda:
             torch.cuda.empty_cache()
-        if args.json is not None:  # after every row: a call that ends early keeps what it measured
-            args.json.write_text(json.dumps(result | {"summary": summary(result["rows"])}, indent=1))
-    print("summary", json.dumps(summary(result["rows"])))
+        if args.json is not None:
+            args.json.write_text(json.dumps(result | {"summary": summarize(result["rows"])}, indent=indent))
+    print("summary", json.dumps(summarize(result["rows"])))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    row_arguments(ap, "scheme and row")
+    args = ap.parse_args()
+    run_rows(args, "interleave.py",
+             lambda model, inputs, cuda: measure_row(model, inputs, args.evaluations, args.trials, args.gap_s, cuda),
+             lambda row: {k: ({n: v[n] for n in ("agreement", "trial_spread_median", "a_ms_spread")}
+                              if isinstance(v, dict) else v) for k, v in row.items()},
+             summary)
 
 
 if __name__ == "__main__":

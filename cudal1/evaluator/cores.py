@@ -73,13 +73,11 @@ def hop_cores(device: str, devices: int) -> list[int]:
     """The cores a device's timed workers may move between before each timed call (EvalConfig.fast_core):
     its timed core first, then every ``devices``-th core of the upper half, so no two devices share one;
     [] where :func:`timed_core` gives none."""
-    home = timed_core(device)
-    if home is None or not device.startswith("cuda"):
+    if not device.startswith("cuda") or timed_core(device) is None:
         return []
     allowed = sorted(os.sched_getaffinity(0))
-    half = len(allowed) // 2
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return [allowed[-1 - k] for k in range(half) if k % max(devices, 1) == index % max(devices, 1)]
+    index, every = (int(device.split(":")[1]) if ":" in device else 0), max(devices, 1)
+    return [allowed[-1 - k] for k in range(len(allowed) // 2) if k % every == index % every]
 
 
 class CoreHop:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
     # spare: where its loads prepare the reference's inputs (EvalConfig.spare_prep)
-    hop = hop_cores(args.device, torch.cuda.device_count()) if core is not None and args.device.startswith("cuda") else []
+    hop = hop_cores(args.device, torch.cuda.device_count()) if args.device.startswith("cuda") else []
     worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock, spare_cores=spare, hop_cores=hop)
     if worker.device.type == "cuda":
         torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
