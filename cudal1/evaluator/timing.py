@@ -38,6 +38,8 @@ class TrialPair:
     # The host's pace before each call of each batch (EvalConfig.call_pace; pace.call_probes), or ()
     reference_call_pace: tuple[float, ...] = ()
     candidate_call_pace: tuple[float, ...] = ()
+    # Calls per trial as this trial's own batches set them (calls_per_trial over many calls a side)
+    calls_per_trial: int = 0
 
     @property
     def candidate_worked(self) -> bool:
@@ -206,8 +208,10 @@ def calls_per_trial(cfg: EvalConfig, replies: Sequence[dict[str, Any]]) -> int:
     is the whole iteration (inputs, L2 flush, timed forward, fingerprint), not the timed forward alone:
     where the harness's work outweighs a small kernel (large inputs on a CPU: 7 ms of work around a
     0.26 ms forward), a trial still lasts about target_trial_ms. The fastest of the calls, as for the
-    forward: a worker's first timed call also pays first-use costs."""
-    per_call = [min(r.get("call_ms") or [0.0]) for r in replies]
+    forward: a worker's first timed call also pays first-use costs. A reply's ``call_ms`` comes from the
+    candidate's own process: what is not a finite number there is left out."""
+    per_call = [min((float(c) for c in r.get("call_ms") or [] if isinstance(c, (int, float)) and math.isfinite(c)),
+                    default=0.0) for r in replies]
     slowest = max(*(min(r["ms"]) for r in replies), *per_call, 1e-3)
     return int(min(cfg.max_iters, max(cfg.min_iters, cfg.target_trial_ms // slowest)))
 

@@ -26,6 +26,7 @@ from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, for
 from cudal1.evaluator.workers import new_seed
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
+RECALIBRATE = 2  # the first trial sets the calls per trial where it finds this many times the calibration's
 # the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
 _SELF_STOP = os.path.isdir("/proc/self/task")
 
@@ -110,7 +111,8 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
                           f"{result.reason} — the candidate behaves differently once timed")
     pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle,
                      device_wait_ms=float(ref.get("device_wait_ms") or 0.0),
-                     reference_call_pace=call_probes(ref, len(ref["ms"])), candidate_call_pace=call_probes(cand, len(cand["ms"])))
+                     reference_call_pace=call_probes(ref, len(ref["ms"])), candidate_call_pace=call_probes(cand, len(cand["ms"])),
+                     calls_per_trial=calls_per_trial(cfg, [ref, cand]))
     _check_idle(run, pair)
     return pair
 
@@ -198,39 +200,50 @@ def _pace(reply: dict[str, Any]) -> float:
     return max(read, default=0.0)
 
 
-def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair]]:
+def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[TrialPair], int]:
     """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
     more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
     Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
     program waited for a core held by another process (contention.py) is set aside and another one timed
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
-    set aside make up the number and the measurement is flagged "contended". Returns the pairs measured
-    from and every pair timed."""
+    set aside make up the number and the measurement is flagged "contended". Where the first trial's own
+    calls set at least RECALIBRATE times the calls per trial that the calibration did, it is set aside
+    too and the trials are timed at that count (flag "recalibrated"). Returns the pairs measured from,
+    every pair timed, and the calls per trial."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
     checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
     clean: list[TrialPair] = []
     contended: list[TrialPair] = []
+    first: list[TrialPair] = []
     while True:
         pair = _trial(run, iters, len(clean) + len(contended) in checked)
+        if not (clean or contended or first) and pair.calls_per_trial >= RECALIBRATE * iters:
+            # The calibration reads each side's cost from one or two calls, so one stall there (a host
+            # core's slow spell, a late wake-up) left a 0.1 ms kernel 3-14 calls a trial and a wide
+            # figure (docs/gpu-runs.md#2026-11-29-fast-core-release); the trial's many calls read it
+            # again. Only ever more calls, at most max_iters: a candidate that slows its calibration
+            # gains nothing, one that hurries this trial's buys itself longer trials.
+            run.flags.add("recalibrated")
+            iters, first = pair.calls_per_trial, [pair]
+            continue
         (contended if pair.contended else clean).append(pair)
         total = len(clean) + len(contended)
         spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
         if len(clean) >= cfg.timing_trials:
             if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
-                return clean, clean + contended
+                return clean, first + clean + contended, iters
         elif spent:
             run.flags.update(("contended", "noisy"))
             contended.sort(key=lambda p: p.wait_share)
-            return clean + contended[:cfg.timing_trials - len(clean)], clean + contended
+            return clean + contended[:cfg.timing_trials - len(clean)], first + clean + contended, iters
 
 
 def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     """Timed trials (see :func:`_pairs`), the wall-clock cross-check, the verdict on noise."""
     cfg = run.config
     started = time.perf_counter()
-    iters = _calibrate(run)
-    pairs, timed = _pairs(run, iters, started)
+    pairs, timed, iters = _pairs(run, _calibrate(run), started)
     best = Measurement.from_pairs(pairs)
     used, measurements = pairs, 1
     if forged_timing(pairs, cfg.wallclock_slack):

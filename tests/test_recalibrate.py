@@ -1,0 +1,67 @@
+"""Calls per trial read again from the first trial (trials._pairs, RECALIBRATE): the two-call calibration
+reads each side's cost from one or two calls, so one stall there left 0.1 ms kernels 3-14 calls a trial
+on the GPU (docs/gpu-runs.md#2026-11-29-fast-core-release). The trials here are scripted: what is tested
+is which trials are kept and at how many calls, not a measurement."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from cudal1.evaluator import trials
+from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator.timing import TrialPair, calls_per_trial
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, first_calls: int, later_calls: int) -> list[int]:
+    """Replace the timed trial by one that records the calls it was asked for and reports ``first_calls``
+    as its own count the first time, ``later_calls`` after."""
+    asked: list[int] = []
+
+    def trial(run: object, iters: int, spot_check: bool = True) -> TrialPair:
+        asked.append(iters)
+        own = first_calls if len(asked) == 1 else later_calls
+        return TrialPair([2.0] * iters, [1.0] * iters, 0.01, 0.005, calls_per_trial=own)
+
+    monkeypatch.setattr(trials, "_trial", trial)
+    return asked
+
+
+def _run() -> SimpleNamespace:
+    return SimpleNamespace(config=EvalConfig(timing_trials=5), flags=set())
+
+
+def test_a_stalled_calibration_is_read_again_from_the_first_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _scripted(monkeypatch, first_calls=120, later_calls=118)
+    run = _run()
+    pairs, timed, iters = trials._pairs(run, 4, 0.0)  # type: ignore[arg-type]
+    assert iters == 120 and asked == [4] + [120] * 5
+    assert len(pairs) == 5 and all(len(p.reference_ms) == 120 for p in pairs)  # the short trial is not measured from
+    assert len(timed) == 6 and len(timed[0].reference_ms) == 4  # ...but counted as timed
+    assert "recalibrated" in run.flags
+
+
+def test_calls_are_never_lowered_and_read_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer calls than calibrated, or under RECALIBRATE times as many: the calibration stands. A later
+    trial that reads more does not change the count (one recalibration an evaluation)."""
+    for first in (3, 50, 79):
+        asked = _scripted(monkeypatch, first_calls=first, later_calls=200)
+        run = _run()
+        pairs, timed, iters = trials._pairs(run, 40, 0.0)  # type: ignore[arg-type]
+        assert iters == 40 and asked == [40] * 5 and len(timed) == 5 and "recalibrated" not in run.flags
+    asked = _scripted(monkeypatch, first_calls=80, later_calls=200)
+    pairs, timed, iters = trials._pairs(_run(), 40, 0.0)  # type: ignore[arg-type]
+    assert iters == 80 and asked == [40] + [80] * 5
+
+
+def test_calls_per_trial_reads_only_finite_numbers_from_a_reply() -> None:
+    """A candidate's reply comes from its own process: a ``call_ms`` that is not a list of finite numbers
+    is left out instead of setting the count or failing the parent."""
+    cfg = EvalConfig(target_trial_ms=40.0)
+    ref = {"ms": [0.1, 0.1], "call_ms": [0.25]}
+    assert calls_per_trial(cfg, [ref, {"ms": [0.1], "call_ms": [0.5]}]) == 80
+    for forged in (["0.1"], [math.nan], [math.inf, 0.5], None, []):
+        got = calls_per_trial(cfg, [ref, {"ms": [0.1], "call_ms": forged}])
+        assert got == (80 if forged == [math.inf, 0.5] else 160), forged
