@@ -12,7 +12,7 @@
 # evalone    one `cudal1 evaluate-one` of an elementwise program, wall clock -> $OUT/evaluate_one.json
 # gpu-tests  the GPU adversarial suite (tests/gpu) -> $OUT/gpu-tests.log
 # gpu-tests-eager  the same suite with EvalConfig.graph_inputs off -> $OUT/gpu-tests-eager.log
-# gpu-tests-fast-core  the same suite with EvalConfig.fast_core 3 -> $OUT/gpu-tests-fast-core.log
+# gpu-tests-fast-core  the same suite with EvalConfig.fast_core 3 (every evaluation the suite makes: tests/conftest.py gpu_options) -> $OUT/gpu-tests-fast-core.log
 # (EXTRA="--no-graph-inputs --clock events --trial-ms 20" passes release_eval.py options to sample/cold/release)
 # sample     LIMIT rows of the release, cold build cache, then again warm -> $OUT/sample-cold, sample-warm
 # cold       LIMIT rows, cold build cache only -> $OUT/cold

@@ -7,7 +7,6 @@ cudal1 core. Fixtures live in ``tests/gpu/fixtures`` (problems/ and candidates/)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
@@ -104,12 +103,9 @@ def load_candidate(case: GpuCase) -> Candidate:
 
 
 @pytest.fixture(scope="module")
-def config() -> EvalConfig:
-    # CUDAL1_GRAPH_INPUTS=0: the whole suite again with the eager inputs (the graph is the default);
-    # CUDAL1_FAST_CORE=N: again with the timed calls moved to a fast core (EvalConfig.fast_core)
+def config(gpu_options: dict[str, Any]) -> EvalConfig:
     return EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20,
-                      run_timeout_s=60, build_timeout_s=300, graph_inputs=os.environ.get("CUDAL1_GRAPH_INPUTS", "1") == "1",
-                      fast_core=int(os.environ.get("CUDAL1_FAST_CORE", "0")))
+                      run_timeout_s=60, build_timeout_s=300, **gpu_options)
 
 
 _CACHE: dict[tuple[str, bool], Evaluation] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -102,10 +103,10 @@ def test_a_draw_outside_the_kernels_keeps_torchs_generators() -> None:
 
 
 @pytest.mark.parametrize("problem", load_starter_suite()[:8], ids=lambda p: p.problem_id)
-def test_starter_problems_evaluate_on_the_kernels_draws(problem: Problem) -> None:
+def test_starter_problems_evaluate_on_the_kernels_draws(problem: Problem, gpu_options: dict[str, Any]) -> None:
     """A problem's own reference as the candidate: ok near 1x, timed on the kernels' draws wherever its
     get_inputs is factory draws."""
-    config = EvalConfig(device="cuda:0", timing_trials=3, remeasure=0, run_timeout_s=60, build_timeout_s=300)
+    config = EvalConfig(device="cuda:0", timing_trials=3, remeasure=0, run_timeout_s=60, build_timeout_s=300, **gpu_options)
     candidate = Candidate(problem.problem_id, problem.source.replace("class Model(", "class ModelNew("), "test")
     evaluation = evaluate_candidate(problem, candidate, config)
     assert evaluation.status == Status.OK, evaluation.error

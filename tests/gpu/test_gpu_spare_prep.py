@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -66,9 +67,9 @@ def _cores(reason: str) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.parametrize("spare_prep", [True, False])
-def test_the_preparation_runs_on_the_spare_cores_and_the_program_on_the_timed_one(spare_prep: bool) -> None:
+def test_the_preparation_runs_on_the_spare_cores_and_the_program_on_the_timed_one(spare_prep: bool, gpu_options: dict[str, Any]) -> None:
     problem = Problem("gpu-spare_prep", 1, "spare_prep", REFERENCE, suite="test")
-    config = EvalConfig(device="cuda:0", correctness_trials=2, recheck_above=None, spare_prep=spare_prep)
+    config = EvalConfig(device="cuda:0", correctness_trials=2, recheck_above=None, spare_prep=spare_prep, **gpu_options)
     result = evaluate_candidate(problem, Candidate(problem.problem_id, CANDIDATE), config)
     assert "CORES " in (result.reason or ""), (result.status, result.reason)
     prepared, program = _cores(result.reason or "")
