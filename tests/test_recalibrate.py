@@ -23,14 +23,15 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, first_calls: int, later_calls: in
     def trial(run: object, iters: int, spot_check: bool = True) -> TrialPair:
         asked.append(iters)
         own = first_calls if len(asked) == 1 else later_calls
-        return TrialPair([2.0] * iters, [1.0] * iters, 0.01, 0.005, calls_per_trial=own)
+        # the parent's wall clock agrees with the calls' times (timing.forged_timing)
+        return TrialPair([2.0] * iters, [1.0] * iters, 2e-3 * iters + 0.01, 1e-3 * iters + 0.01, calls_per_trial=own)
 
     monkeypatch.setattr(trials, "_trial", trial)
     return asked
 
 
 def _run() -> SimpleNamespace:
-    return SimpleNamespace(config=EvalConfig(timing_trials=5), flags=set())
+    return SimpleNamespace(config=EvalConfig(timing_trials=5), flags=set(), trace=None)
 
 
 def test_a_stalled_calibration_is_read_again_from_the_first_trial(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,3 +66,15 @@ def test_calls_per_trial_reads_only_finite_numbers_from_a_reply() -> None:
     for forged in (["0.1"], [math.nan], [math.inf, 0.5], None, []):
         got = calls_per_trial(cfg, [ref, {"ms": [0.1], "call_ms": forged}])
         assert got == (80 if forged == [math.inf, 0.5] else 160), forged
+
+
+def test_the_evaluation_records_both_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``iters_per_trial`` is the count the measurement was made at; ``calibrated_iters`` what the
+    calibration had set, only where the first trial changed it."""
+    monkeypatch.setattr(trials, "_calibrate", lambda run: 4)
+    _scripted(monkeypatch, first_calls=120, later_calls=120)
+    best, extra = trials.measure(_run())  # type: ignore[arg-type]
+    assert extra["iters_per_trial"] == 120 and extra["calibrated_iters"] == 4 and best.speedup == 2.0
+    _scripted(monkeypatch, first_calls=5, later_calls=5)
+    best, extra = trials.measure(_run())  # type: ignore[arg-type]
+    assert extra["iters_per_trial"] == 4 and "calibrated_iters" not in extra

@@ -243,7 +243,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     """Timed trials (see :func:`_pairs`), the wall-clock cross-check, the verdict on noise."""
     cfg = run.config
     started = time.perf_counter()
-    pairs, timed, iters = _pairs(run, _calibrate(run), started)
+    calibrated = _calibrate(run)
+    pairs, timed, iters = _pairs(run, calibrated, started)
     best = Measurement.from_pairs(pairs)
     used, measurements = pairs, 1
     if forged_timing(pairs, cfg.wallclock_slack):
@@ -265,6 +266,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "contended_trials": sum(p.contended for p in timed), "trial_ms": trial_medians(used),
                              # the most CPU the candidate's process used while idle (_time_reference)
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
+    if iters != calibrated:  # read again from the first trial (_pairs): what the calibration had set
+        extra["calibrated_iters"] = calibrated
     if cfg.call_pace:  # beside the figure over every call, deciding nothing (pace.fast_figure)
         figure = fast_figure([(p.reference_ms, p.reference_call_pace, p.candidate_ms, p.candidate_call_pace) for p in used])
         if figure is not None:
