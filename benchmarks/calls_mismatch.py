@@ -23,26 +23,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import _ok_pairs, _summary, load  # noqa: E402
+from benchmarks.agreement_split import _extra, _ok_pairs, _summary, load  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
 
 def calls(row: Evaluation) -> int | None:
-    value = row.extra.get("iters_per_trial") if isinstance(row.extra, dict) else None
+    value = _extra(row, "iters_per_trial")
     return value if isinstance(value, int) and value > 0 else None
 
 
 def by_calls(groups: list[list[dict[str, Evaluation]]], apart: float = 4.0) -> dict[str, Any]:
     """Gaps of the pairs whose calls per trial were ``apart`` times or more apart, and of those within it
     (all of them, and those of the rows that were also apart once)."""
-    gaps: dict[str, list[tuple[str, float]]] = {"apart": [], "alike": []}
-    for runs in groups:
+    gaps: dict[str, list[tuple[tuple[int, str], float]]] = {"apart": [], "alike": []}  # (group, row), gap
+    for index, runs in enumerate(groups):
         for row, other, gap in _ok_pairs(runs):
             a, b = calls(row), calls(other)
             if a is None or b is None:
                 continue
             key = "apart" if max(a, b) >= apart * min(a, b) else "alike"
-            gaps[key].append((f"{id(runs)}:{row.problem_id}", gap))
+            gaps[key].append(((index, row.problem_id), gap))
     rows_apart = {row for row, _ in gaps["apart"]}
     return _summary({"apart": [g for _, g in gaps["apart"]], "alike": [g for _, g in gaps["alike"]],
                      "same_rows_alike": [g for row, g in gaps["alike"] if row in rows_apart]})
