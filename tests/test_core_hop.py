@@ -55,6 +55,19 @@ def test_a_fast_core_is_kept() -> None:
     assert hop.before_call(1) == 0.0102 and host.core == 3 and host.moves == [3, 2, 3]
 
 
+def test_settle_discards_the_first_reading_after_a_move() -> None:
+    # core 5 reads slow right after the move (its caches cold), fast once settled: with settle the worker
+    # stays there; without, the cold reading sends it on to 4
+    readings = {6: [0.010, 0.020], 5: [0.011, 0.030, 0.010], 4: [0.012, 0.011]}
+    host = Host({c: list(r) for c, r in readings.items()})
+    hop = CoreHop([6, 5, 4], host.probe, host.move, settle=True)
+    # start: 6 the fastest; then 6 reads slow (0.020), so on to 5, whose cold 0.030 is discarded
+    assert hop.before_call(2) == 0.010 and host.core == 5 and host.readings[5] == []
+    host = Host({c: list(r) for c, r in readings.items()})
+    hop = CoreHop([6, 5, 4], host.probe, host.move)
+    assert hop.before_call(2) == 0.011 and host.core == 4  # 5's cold reading sent it on
+
+
 def test_a_real_move_on_this_machine_and_home_again() -> None:
     allowed = sorted(os.sched_getaffinity(0))
     seen: list[set[int]] = []

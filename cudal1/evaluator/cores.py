@@ -90,8 +90,10 @@ class CoreHop:
     readings would only stay on a slow core. The fast level is FAST_SLACK over the fastest reading this
     worker has had; every core is read once before each batch (:meth:`start`)."""
 
-    def __init__(self, cores: list[int], probe: Callable[[], float], move: Callable[[int], None] = set_affinity) -> None:
+    def __init__(self, cores: list[int], probe: Callable[[], float], move: Callable[[int], None] = set_affinity,
+                 settle: bool = False) -> None:
         self.cores, self.probe, self.move = cores, probe, move
+        self.settle = settle  # a discarded probe after each move: the first one on a new core reads its cold caches
         self.at = 0
         self.floor: float | None = None
         self.hops = 0  # moves made over the worker's life
@@ -120,6 +122,8 @@ class CoreHop:
             self.at = (self.at + 1) % len(self.cores)
             self.move(self.cores[self.at])
             self.hops += 1
+            if self.settle:
+                self.probe()
             reading = self.probe()
         self.floor = min(self.floor, reading)
         return reading
