@@ -47,14 +47,14 @@ def test_a_stalled_calibration_is_read_again_from_the_first_trial(monkeypatch: p
 def test_calls_are_never_lowered_and_read_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fewer calls than calibrated, or under RECALIBRATE times as many: the calibration stands. A later
     trial that reads more does not change the count (one recalibration an evaluation)."""
-    for first in (3, 50, 79):
+    for first in (3, 50, 159):
         asked = _scripted(monkeypatch, first_calls=first, later_calls=200)
         run = _run()
         pairs, timed, iters = trials._pairs(run, 40, 0.0)  # type: ignore[arg-type]
         assert iters == 40 and asked == [40] * 5 and len(timed) == 5 and "recalibrated" not in run.flags
-    asked = _scripted(monkeypatch, first_calls=80, later_calls=200)
+    asked = _scripted(monkeypatch, first_calls=160, later_calls=200)
     pairs, timed, iters = trials._pairs(_run(), 40, 0.0)  # type: ignore[arg-type]
-    assert iters == 80 and asked == [40] + [80] * 5
+    assert iters == 160 and asked == [40] + [160] * 5
 
 
 def test_calls_per_trial_reads_only_finite_numbers_from_a_reply() -> None:

@@ -26,7 +26,11 @@ from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, for
 from cudal1.evaluator.workers import new_seed
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
-RECALIBRATE = 2  # the first trial sets the calls per trial where it finds this many times the calibration's
+# The first trial sets the calls per trial where it finds this many times the calibration's. At 2 a quarter
+# of the GPU release was recalibrated, mostly to max_iters, for 64-80% more timing on those rows and no
+# better agreement; the stalls that bias a figure (3-7 calls a trial) are 4x and more below
+# (docs/gpu-runs.md#2026-11-29-move-cost).
+RECALIBRATE = 4
 # the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
 _SELF_STOP = os.path.isdir("/proc/self/task")
 
