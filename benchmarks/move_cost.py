@@ -77,6 +77,7 @@ def measure(device: str, cores: list[int], seconds: float, ops: int, seed: int =
 
     hop = CoreHop(cores, probe)
     hop_warm = CoreHop(cores, probe, settle=True)
+    allowed = os.sched_getaffinity(0)
     set_affinity(cores[0])
     for _ in range(50):
         call()
@@ -98,14 +99,14 @@ def measure(device: str, cores: list[int], seconds: float, ops: int, seed: int =
         if mode in ("hop", "hop_warm"):
             h = hop if mode == "hop" else hop_warm
             h.at = next(i for i, c in enumerate(cores) if c == cores[at[0]])
-            before = h.hops
+            hops_before = h.hops
             row["reading"] = h.before_call(3)
-            row["moves"] = h.hops - before
+            row["moves"] = h.hops - hops_before
             row["fast"] = float(row["reading"] <= FAST_SLACK * (h.floor or 0))
             at[0] = h.at
         row["call"] = call()
         rows[mode].append(row)
-    set_affinity(set(cores))
+    set_affinity(allowed)
     floor = min(r[k] for m in ("stay", "move") for r in rows[m] for k in ("p1", "p2"))
     out: dict[str, Any] = {"device": device, "cores": cores, "ops": ops, "seconds": seconds,
                            "probe_floor_ms": round(floor, 4), "modes": {}}

@@ -114,6 +114,7 @@ class EvalConfig:
     # level (cores.CoreHop); 0 leaves every call on the timed core. The host's cores switch between two
     # levels 1.6x apart each on its own, and a launch-bound call follows its core's level
     # (docs/gpu-runs.md#2026-11-29-call-pace-release). Both programs of a pair move alike; every call counts.
+    # Off: the call right after a move ran 1.18-1.60x slower on an H200 host (docs/gpu-runs.md#2026-11-29-move-cost).
     fast_core: int = 0
     # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
     # forward; "events", CUDA events recorded around them, which add their own record latency to every

@@ -88,7 +88,10 @@ class CoreHop:
     (docs/gpu-runs.md#2026-11-29-call-pace-release). Every call is timed and counted wherever it runs; only
     where it runs is chosen, and the same way for both programs of a pair, so a program that slowed its own
     readings would only stay on a slow core. The fast level is FAST_SLACK over the fastest reading this
-    worker has had; every core is read once before each batch (:meth:`start`)."""
+    worker has had; every core is read once before each batch (:meth:`start`). A move has its own cost: on
+    an H200 host the move took 53-67 µs, the call right after it ran 1.18-1.60x slower and the probe right
+    after it read slow 99% of the time (``settle`` discards that reading; benchmarks/move_cost.py,
+    docs/gpu-runs.md#2026-11-29-move-cost)."""
 
     def __init__(self, cores: list[int], probe: Callable[[], float], move: Callable[[int], None] = set_affinity,
                  settle: bool = False) -> None:
