@@ -32,7 +32,9 @@ from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.recheck import (
     Twins,
+    confirm,
     expected_rechecks,
+    needs_confirmation,
     needs_recheck,
     out_of_memory,
     recheck,
@@ -338,6 +340,8 @@ def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: Reference
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if needs_recheck(result, cfg):
             result = recheck(result, problem, c, cfg, ext_root, session, ready())
+        elif needs_confirmation(result, cfg):
+            result = confirm(result, problem, c, cfg, ext_root, session)
     except ReferenceError as exc:
         result = reference_failed(problem, c, cfg, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness's own failure

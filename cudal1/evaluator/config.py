@@ -34,6 +34,11 @@ class EvalConfig:
     # --- correctness
     correctness_trials: int = 5  # fresh, unpredictable seeds each; one trial reuses the previous buffers
     edge_trials: int = 15  # more correctness trials for a program that passed using over EDGE of its tolerance
+    # Fresh processes a pass near its tolerance (flag tolerance_edge) must pass in too, correctness only
+    # (recheck.confirm): L2-27's program used 0.87-0.97 of its limit in the processes it passed in and
+    # 1.03-1.29 in those it failed in, on its first draw each time, so more draws in one process could not
+    # make its verdict repeat (docs/evaluator.md, "A pass near its tolerance is confirmed"). 0: none.
+    confirm_edge: int = 1
     tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
@@ -158,6 +163,9 @@ class EvalConfig:
             raise ValueError(f"ci_target={self.ci_target}: a relative half-width in (0, 1), e.g. 0.01")
         if self.edge_trials < 0:
             raise ValueError(f"edge_trials={self.edge_trials}: must be 0 (no more trials near the tolerance) or more")
+        if self.confirm_edge < 0:
+            raise ValueError(f"confirm_edge={self.confirm_edge}: must be 0 (no fresh process for a pass near its "
+                             "tolerance) or more")
         if self.remeasure < 0 or self.max_timing_s <= 0:
             raise ValueError(f"remeasure={self.remeasure}, max_timing_s={self.max_timing_s}: remeasure >= 0 "
                              "and max_timing_s > 0")

@@ -6,6 +6,7 @@ harness's own failures."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +93,45 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     if not agreed:
         flags.add("recheck_unsteady")
     return replace(kept, extra=kept.extra | record, flags=tuple(sorted(flags)))  # the kept one's own figures
+
+
+def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
+    """Whether a pass is checked again in fresh processes (:func:`confirm`): it passed near its tolerance
+    (flag ``tolerance_edge``) and was not re-measured, whose later measurements ran in fresh processes."""
+    return result.ok and config.confirm_edge > 0 and "tolerance_edge" in result.flags and "rechecked" not in result.flags
+
+
+def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
+            session: ReferenceSession) -> Evaluation:
+    """A pass near its tolerance, checked again in ``confirm_edge`` fresh processes, correctness only, each
+    on fresh draws (and the edge trials where it is near the edge again). A program whose error is set per
+    process (an algorithm a library chose at its start, a path the program chose itself) passed or failed
+    a whole run at once: L2-27's program used 0.87-0.97 of its limit in three runs and failed its first draw
+    in four (docs/evaluator.md, "A pass near its tolerance is confirmed"). It is correct only where correct
+    in every process it ran in: a failure there is its verdict; a pass keeps the first evaluation's
+    figures, flagged ``edge_confirmed``."""
+    check = replace(config, timing=False)
+    used: list[float] = []
+    started = time.perf_counter()
+    for _ in range(config.confirm_edge):
+        again = evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root)
+        if out_of_memory(again):  # the reference's cached memory beside a fresh candidate, as in recheck
+            session.restart()
+            again = evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root)
+        if out_of_memory(again):
+            return reference_failed(problem, candidate, config, f"confirmation on {config.device} ran out of "
+                                    f"device memory: {again.reason}", HARNESS_FAILED)
+        if not again.ok:
+            return replace(first, status=again.status, speedup=None, speedup_low=None, speedup_high=None,
+                           max_abs_error=again.max_abs_error, max_rel_l2_error=again.max_rel_l2_error,
+                           reason=f"passed near its tolerance ({first.extra.get('tolerance_used')} of it), then "
+                                  f"in a fresh process: {again.reason}",
+                           extra=first.extra | {"confirm_s": round(time.perf_counter() - started, 3)},
+                           flags=tuple(sorted(set(first.flags) | {"edge_confirm_failed"})))
+        used.append(again.extra.get("tolerance_used", 0.0))
+    return replace(first, extra=first.extra | {"confirm_tolerance_used": used,
+                                                "confirm_s": round(time.perf_counter() - started, 3)},
+                   flags=tuple(sorted(set(first.flags) | {"edge_confirmed"})))
 
 
 def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[str]:
