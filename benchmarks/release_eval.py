@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--fast-core", type=int, default=EvalConfig.fast_core, help="EvalConfig.fast_core: moves a call at most")
     ap.add_argument("--call-pace", action=argparse.BooleanOptionalAction, default=EvalConfig.call_pace,
                     help="EvalConfig.call_pace: record each evaluation's speedup over the calls read at the host's fast pace")
+    ap.add_argument("--confirm-edge", type=int, default=EvalConfig.confirm_edge,
+                    help="EvalConfig.confirm_edge: fresh processes a pass near its tolerance must pass in too")
     ap.add_argument("--spare-prep", action=argparse.BooleanOptionalAction, default=EvalConfig.spare_prep,
                     help="EvalConfig.spare_prep: a load's preparation of the inputs runs away from the timed core")
     args = ap.parse_args()
@@ -105,7 +107,7 @@ def main() -> None:
                         clock=args.clock, target_trial_ms=args.trial_ms,
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
                         tune_alone=args.tune_alone, spare_prep=args.spare_prep,
-                        call_pace=args.call_pace, fast_core=args.fast_core)
+                        call_pace=args.call_pace, fast_core=args.fast_core, confirm_edge=args.confirm_edge)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows
