@@ -98,7 +98,7 @@ def measure(device: str, cores: list[int], seconds: float, ops: int, seed: int =
             row["p1"], row["p2"] = probe(), probe()
         if mode in ("hop", "hop_warm"):
             h = hop if mode == "hop" else hop_warm
-            h.at = next(i for i, c in enumerate(cores) if c == cores[at[0]])
+            h.at = at[0]  # the core the thread is on now
             hops_before = h.hops
             row["reading"] = h.before_call(3)
             row["moves"] = h.hops - hops_before

@@ -130,7 +130,7 @@ def protocol_section(config: EvalConfig) -> dict[str, Any]:
 
 
 def pool_config(spec: dict[str, Any]) -> EvalConfig:
-    from cudal1.config import build
+    from cudal1.typed_params import build
 
     return build(EvalConfig, spec["protocol"], f"{spec.get('pool', 'pool')}.protocol")
 

@@ -4,35 +4,21 @@ draws in one process cannot make its verdict repeat. Real workers on the CPU, th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from cudal1.candidates import Candidate, Status
+from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.recheck import needs_confirmation
-from cudal1.problems import Problem
+from tests.edge_problem import PROBLEM, REFERENCE, program
 
-REFERENCE = '''import torch
-import torch.nn as nn
 
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-def get_init_inputs():
-    return []
-'''
-
-PROBLEM = Problem("confirm-relu", 1, "confirm relu", REFERENCE, suite="test")
-
-def _per_process(mark: Path) -> str:
+def _per_process(mark: Path) -> Candidate:
     """Near the edge (0.7 of float32's 1e-4) in the first process that loads it, over it in every later one.
     The mark stands for whatever a process sets at its start: a library's algorithm, a path the program
     chose by its clock."""
-    return REFERENCE + f'''
+    return Candidate(PROBLEM.problem_id, REFERENCE + f'''
 import os
 
 _later = os.path.exists({str(mark)!r})
@@ -43,23 +29,15 @@ if not _later:
 class ModelNew(Model):
     def forward(self, x):
         return torch.relu(x) * 2.0 + (2e-4 if _later else 7e-5)
-'''
-
-
-def _near(offset: float) -> str:
-    return REFERENCE + f'''
-class ModelNew(Model):
-    def forward(self, x):
-        return torch.relu(x) * 2.0 + {offset!r}
-'''
+''')
 
 
 def _cfg(**kw: object) -> EvalConfig:
     return EvalConfig(device="cpu", timing=False, correctness_trials=3, edge_trials=4, static_checks=False, **kw)
 
 
-def _evaluate(source: str, cfg: EvalConfig, root: Path) -> object:
-    [result] = evaluate_many([PROBLEM], [Candidate(PROBLEM.problem_id, source)], cfg, extensions_root=root)
+def _evaluate(candidate: Candidate, cfg: EvalConfig, root: Path) -> Evaluation:
+    [result] = evaluate_many([PROBLEM], [candidate], cfg, extensions_root=root)
     return result
 
 
@@ -71,7 +49,7 @@ def test_a_pass_near_the_edge_that_fails_in_a_fresh_process_is_incorrect(shared_
 
 
 def test_a_steady_pass_near_the_edge_is_confirmed_and_keeps_its_figures(ext_root: Path) -> None:
-    result = _evaluate(_near(7e-5), _cfg(), ext_root)
+    result = _evaluate(program(7e-5), _cfg(), ext_root)
     assert result.status is Status.OK, result.reason
     assert {"tolerance_edge", "edge_confirmed"} <= set(result.flags)
     assert result.correctness_trials == 7  # the first process's draws: the confirmation adds its own
@@ -80,17 +58,13 @@ def test_a_steady_pass_near_the_edge_is_confirmed_and_keeps_its_figures(ext_root
 
 
 def test_a_clear_pass_is_not_confirmed_and_confirm_edge_zero_confirms_none(shared_dir: Path, ext_root: Path) -> None:
-    clear = _evaluate(_near(1e-5), _cfg(), ext_root)
+    clear = _evaluate(program(1e-5), _cfg(), ext_root)
     assert clear.status is Status.OK and "edge_confirmed" not in clear.flags
     off = _evaluate(_per_process(shared_dir / "off"), _cfg(confirm_edge=0), ext_root)
     assert off.status is Status.OK and "tolerance_edge" in off.flags and "edge_confirmed" not in off.flags
 
 
 def test_only_unrechecked_passes_at_the_edge_need_it() -> None:
-    from dataclasses import replace
-
-    from cudal1.candidates import Evaluation
-
     cfg = EvalConfig()
     edge = Evaluation("p", "c", Status.OK, flags=("tolerance_edge",))
     assert needs_confirmation(edge, cfg)

@@ -6,32 +6,8 @@ from __future__ import annotations
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
-from cudal1.problems import Problem
-
-REFERENCE = '''import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-def get_init_inputs():
-    return []
-'''
-
-PROBLEM = Problem("edge-relu", 1, "edge relu", REFERENCE, suite="test")
-
-
-def _program(offset: float) -> Candidate:
-    source = REFERENCE + f'''
-class ModelNew(Model):
-    def forward(self, x):
-        return torch.relu(x) * 2.0 + {offset!r}
-'''
-    return Candidate(PROBLEM.problem_id, source)
+from tests.edge_problem import PROBLEM, REFERENCE
+from tests.edge_problem import program as _program
 
 
 def test_a_pass_near_the_tolerance_is_flagged_and_an_exact_one_is_not() -> None:

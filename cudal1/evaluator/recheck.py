@@ -7,7 +7,7 @@ harness's own failures."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,12 +56,7 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
                                   quiet=quiet_after([], device), **prepared)
 
     for _ in range(config.recheck_measurements - 1):
-        second = measure()
-        if out_of_memory(second):
-            # The reference worker's cached memory (its model, inputs, graphs) beside a fresh candidate:
-            # once more with it restarted, which gives all of it back; it loads again on its next use.
-            session.restart()
-            second = measure()
+        second = _fresh(measure, session)
         if out_of_memory(second):  # alone: the harness's failure
             return reference_failed(problem, candidate, config, f"re-measurement on {device} ran out of device "
                                      f"memory: {second.reason}", HARNESS_FAILED)
@@ -95,6 +90,17 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     return replace(kept, extra=kept.extra | record, flags=tuple(sorted(flags)))  # the kept one's own figures
 
 
+def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Evaluation:
+    """A measurement of the candidate in a fresh worker. Out of device memory, once more with the reference
+    worker restarted: its cached memory (its model, inputs, graphs) sat beside the fresh candidate, and a
+    restart gives all of it back; it loads again on its next use."""
+    result = measure()
+    if out_of_memory(result):
+        session.restart()
+        result = measure()
+    return result
+
+
 def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
     """Whether a pass is checked again in fresh processes (:func:`confirm`): it passed near its tolerance
     (flag ``tolerance_edge``) and was not re-measured, whose later measurements ran in fresh processes."""
@@ -114,10 +120,8 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     used: list[float] = []
     started = time.perf_counter()
     for _ in range(config.confirm_edge):
-        again = evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root)
-        if out_of_memory(again):  # the reference's cached memory beside a fresh candidate, as in recheck
-            session.restart()
-            again = evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root)
+        again = _fresh(lambda: evaluate_candidate(problem, candidate, check, reference=session,
+                                                  extensions_root=ext_root), session)
         if out_of_memory(again):
             return reference_failed(problem, candidate, config, f"confirmation on {config.device} ran out of "
                                     f"device memory: {again.reason}", HARNESS_FAILED)
