@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--call-pace", action=argparse.BooleanOptionalAction, default=EvalConfig.call_pace,
                     help="EvalConfig.call_pace: record each evaluation's speedup over the calls read at the host's fast pace")
     ap.add_argument("--confirm-edge", type=int, default=EvalConfig.confirm_edge,
-                    help="EvalConfig.confirm_edge: fresh processes a pass near its tolerance must pass in too")
+                    help="EvalConfig.confirm_edge: fresh sets of weights a pass near its tolerance must pass under too")
     ap.add_argument("--spare-prep", action=argparse.BooleanOptionalAction, default=EvalConfig.spare_prep,
                     help="EvalConfig.spare_prep: a load's preparation of the inputs runs away from the timed core")
     args = ap.parse_args()
