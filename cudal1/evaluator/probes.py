@@ -47,6 +47,18 @@ def compile_without_threads() -> None:
         pass
 
 
+def warm_compile(device: torch.device) -> None:
+    """torch.compile's own start: Inductor's imports and a compile of a stand-in function (seconds; a batch
+    makes them when the worker starts, process.WorkerSpec.warm_compile), before the worker's snapshot and
+    any program code. torch.compile starts helper threads when it first compiles something (a tqdm
+    monitor, a thread pool or a subprocess pool's reader); a graph the builds did not leave cached
+    compiles after the snapshot, and its threads read as the candidate's (L3-35/37's torch.compile
+    baselines, "python_threads: 1 -> 2", on H100 and H200). So compile in this thread, without the monitor
+    (compile_threads is outside Inductor's cache key: same cached graphs)."""
+    compile_without_threads()
+    torch.compile(lambda x: x + 1)(torch.ones(1, device=device))
+
+
 _MATMUL_PRECISION = {"highest": 2, "high": 1, "medium": 0}
 
 

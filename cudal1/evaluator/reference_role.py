@@ -1,12 +1,15 @@
 """The reference role of an evaluation worker: records (inputs and outputs per seed) for the parent, and a
 fresh model on demand for references whose output depends on earlier calls. A mixin of
-:class:`cudal1.evaluator.worker.Worker`, split from it to keep that module readable.
+:class:`cudal1.evaluator.worker.Worker`, split from it to keep that module readable, with
+:func:`load_program`, how the worker runs either program as a module.
 
 torch and the standard library only: the GPU evaluation worker imports it.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,26 @@ from cudal1.evaluator.idle_device import IdleDevice
 from cudal1.evaluator.probes import flatten
 
 _manual_seed = torch.manual_seed  # bound at import, before any program runs
+
+
+def load_program(path: str, name: str, file: str | None = None) -> types.ModuleType:
+    """Run a program as a module. ``file`` is what it sees as ``__file__``: for a candidate, a path in its
+    build cache (keyed by its source hash), so programs that build next to ``__file__`` (CUDA-L1's do)
+    find their build there next time instead of compiling again in every fresh directory."""
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    module = types.ModuleType(name)
+    module.__file__ = path
+    if file:
+        try:
+            with open(file, "w", encoding="utf-8") as handle:
+                handle.write(source)
+            module.__file__ = file
+        except OSError:
+            pass
+    sys.modules[name] = module  # some code (dataclasses, pickling, torch.compile) looks itself up here
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - running it is the point
+    return module
 
 
 class ReferenceRole:

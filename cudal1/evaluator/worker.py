@@ -40,7 +40,7 @@ from cudal1.evaluator.probes import (
     to_device,
     uses_compile,
 )
-from cudal1.evaluator.reference_role import ReferenceRole
+from cudal1.evaluator.reference_role import ReferenceRole, load_program
 
 # The harness seeds inputs through its own reference to manual_seed, taken before any candidate code runs:
 # torch._dynamo (torch.compile) legitimately wraps torch.manual_seed on import, so it is not guarded by
@@ -58,26 +58,6 @@ _empty_cache = torch.cuda.empty_cache  # bound before any program runs, like the
 
 def _no_sync() -> None:
     """A CPU device: calls are synchronous."""
-
-
-def _load_module(path: str, name: str, file: str | None = None) -> types.ModuleType:
-    """Run a program as a module. ``file`` is what it sees as ``__file__``: for a candidate, a path in its
-    build cache (keyed by its source hash), so programs that build next to ``__file__`` (CUDA-L1's do)
-    find their build there next time instead of compiling again in every fresh directory."""
-    with open(path, encoding="utf-8") as handle:
-        source = handle.read()
-    module = types.ModuleType(name)
-    module.__file__ = path
-    if file:
-        try:
-            with open(file, "w", encoding="utf-8") as handle:
-                handle.write(source)
-            module.__file__ = file
-        except OSError:
-            pass
-    sys.modules[name] = module  # some code (dataclasses, pickling, torch.compile) looks itself up here
-    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - running it is the point
-    return module
 
 
 def _own_code() -> dict[str, Any]:
@@ -161,7 +141,7 @@ class Worker(ReferenceRole):
         # The harness's preparation on the spare cores (EvalConfig.spare_prep), back on the timed core
         # before any program code runs
         with on_cores(self.spare_cores if msg.get("spare_prep") and not build_only else None):
-            self.reference = _load_module(msg["reference_path"], "cudal1_reference")
+            self.reference = load_program(msg["reference_path"], "cudal1_reference")
             if self.device.type == "cuda":
                 torch.zeros(1, device=self.device)  # create the context before the snapshot
             compile_start = None  # where torch.compile's own start was made: at the worker's start, or here
@@ -183,7 +163,7 @@ class Worker(ReferenceRole):
             if builds:
                 self.builds = extensions.install(os.environ.get("TORCH_EXTENSIONS_DIR"))
             imported = time.perf_counter()
-            module = _load_module(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
+            module = load_program(msg["candidate_path"], "cudal1_candidate", msg.get("module_file"))
             import_s = time.perf_counter() - imported  # the program's own import, its builds included
             cls = getattr(module, "ModelNew", None)
             if cls is None:
@@ -201,18 +181,10 @@ class Worker(ReferenceRole):
                     {"device_draws_note": ready.draws_note} if ready.draws_note else {})
 
     def warm_compile(self) -> None:
-        """torch.compile's own start, before the snapshot and before any program code: Inductor's imports
-        and a compile of a stand-in function (seconds; a batch makes them when the worker starts,
-        process.WorkerSpec.warm_compile). torch.compile starts helper threads when it first compiles
-        something (a tqdm monitor, a thread pool or a subprocess pool's reader); a graph the builds did not
-        leave cached compiles after the snapshot, and its threads read as the candidate's (L3-35/37's
-        torch.compile baselines, "python_threads: 1 -> 2", on H100 and H200). Compile in this thread,
-        without the monitor (compile_threads is outside Inductor's cache key: same cached graphs)."""
-        if self.compile_warmed:
-            return
-        probes.compile_without_threads()
-        torch.compile(lambda x: x + 1)(torch.ones(1, device=self.device))
-        self.compile_warmed = True
+        """torch.compile's own start, before the snapshot and before any program code (probes.warm_compile)."""
+        if not self.compile_warmed:
+            probes.warm_compile(self.device)
+            self.compile_warmed = True
 
     def _inputs_for(self, seed: int) -> list[Any]:
         """The reference's own get_inputs (never the candidate's), seeded, created on the device: GPU
