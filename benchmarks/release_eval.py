@@ -85,6 +85,8 @@ def main() -> None:
                     help="EvalConfig.call_pace: record each evaluation's speedup over the calls read at the host's fast pace")
     ap.add_argument("--confirm-edge", type=int, default=EvalConfig.confirm_edge,
                     help="EvalConfig.confirm_edge: fresh sets of weights a pass near its tolerance must pass under too")
+    ap.add_argument("--confirm-clock", type=int, default=EvalConfig.confirm_clock,
+                    help="EvalConfig.confirm_clock: the same for a pass by a program that reads the clock")
     ap.add_argument("--spare-prep", action=argparse.BooleanOptionalAction, default=EvalConfig.spare_prep,
                     help="EvalConfig.spare_prep: a load's preparation of the inputs runs away from the timed core")
     args = ap.parse_args()
@@ -107,7 +109,8 @@ def main() -> None:
                         clock=args.clock, target_trial_ms=args.trial_ms,
                         builds_beside_timing=args.builds_beside_timing, pause_loads=args.pause_loads,
                         tune_alone=args.tune_alone, spare_prep=args.spare_prep,
-                        call_pace=args.call_pace, fast_core=args.fast_core, confirm_edge=args.confirm_edge)
+                        call_pace=args.call_pace, fast_core=args.fast_core, confirm_edge=args.confirm_edge,
+                        confirm_clock=args.confirm_clock)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
     before = len(load_evaluations(results_path)) if results_path.exists() else 0  # a resumed run's earlier rows

@@ -14,7 +14,7 @@ import torch
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig, workers
 from cudal1.evaluator.batch import evaluate_many
-from cudal1.evaluator.recheck import needs_confirmation
+from cudal1.evaluator.recheck import confirmations, needs_confirmation
 from tests.edge_problem import PROBLEM, REFERENCE, program
 
 
@@ -60,6 +60,24 @@ class ModelNew(Model):
 ''')
 
 
+def _clocked() -> Candidate:
+    """Exact under the weights of some init seeds, far off under others, and reads the clock (flag
+    reads_clock): a program that picks its path by its own timing, as L1-13 picks its float16 one."""
+    return Candidate(PROBLEM.problem_id, REFERENCE + '''
+import time
+
+
+class ModelNew(Model):
+    def __init__(self):
+        super().__init__()
+        self.started = time.perf_counter()
+        self.k = float(torch.rand(1))
+
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + (0.0 if self.k < 0.5 else 1e-2)
+''')
+
+
 def _cfg(**kw: object) -> EvalConfig:
     return EvalConfig(device="cpu", timing=False, correctness_trials=3, edge_trials=4, static_checks=False, **kw)
 
@@ -94,6 +112,23 @@ def test_a_pass_near_the_edge_under_every_set_of_weights_is_confirmed(monkeypatc
     assert len(result.extra["confirm_tolerance_used"]) == 2
 
 
+def test_a_pass_that_reads_the_clock_is_confirmed_only_when_asked(monkeypatch: pytest.MonkeyPatch,
+                                                                  ext_root: Path) -> None:
+    seeds = [_seed_where(edge=True), _seed_where(edge=False)]
+    monkeypatch.setattr(workers, "new_seed", lambda: seeds[0])
+    cfg = EvalConfig(device="cpu", timing=False, correctness_trials=3)
+    default = _evaluate(_clocked(), cfg, ext_root)  # confirm_clock 0: its first process decides
+    assert default.status is Status.OK and "reads_clock" in default.flags and "clock_confirmed" not in default.flags
+    queue = iter(seeds)
+    monkeypatch.setattr(workers, "new_seed", lambda: next(queue))
+    failed = _evaluate(_clocked(), replace(cfg, confirm_clock=1), ext_root)
+    assert failed.status is Status.INCORRECT and "clock_confirm_failed" in failed.flags, failed
+    assert "picks its path by its own clock" in failed.reason and "with fresh weights" in failed.reason
+    monkeypatch.setattr(workers, "new_seed", lambda: seeds[0])
+    kept = _evaluate(_clocked(), replace(cfg, confirm_clock=2), ext_root)
+    assert kept.status is Status.OK and "clock_confirmed" in kept.flags and len(kept.extra["confirm_tolerance_used"]) == 2
+
+
 def test_a_steady_pass_near_the_edge_is_confirmed_and_keeps_its_figures(ext_root: Path) -> None:
     result = _evaluate(program(7e-5), _cfg(), ext_root)
     assert result.status is Status.OK, result.reason
@@ -118,3 +153,8 @@ def test_only_unrechecked_passes_at_the_edge_need_it() -> None:
     assert not needs_confirmation(replace(edge, status=Status.INCORRECT), cfg)
     assert not needs_confirmation(replace(edge, flags=()), cfg)
     assert not needs_confirmation(edge, EvalConfig(confirm_edge=0))
+    clocked = Evaluation("p", "c", Status.OK, flags=("reads_clock",))
+    assert confirmations(clocked, EvalConfig()) == 0 and confirmations(clocked, EvalConfig(confirm_clock=2)) == 2
+    both = replace(clocked, flags=("reads_clock", "tolerance_edge"))
+    assert confirmations(both, EvalConfig(confirm_edge=3, confirm_clock=1)) == 3
+    assert confirmations(replace(both, flags=("reads_clock", "rechecked")), EvalConfig(confirm_clock=2)) == 0

@@ -41,6 +41,12 @@ class EvalConfig:
     # runs disagree on it about one time in ten, against one in two unconfirmed (docs/evaluator.md, "A pass
     # near its tolerance is confirmed"). 0: none.
     confirm_edge: int = 3
+    # The same for a pass by a program that reads the clock (flag reads_clock): one that picks its path by its
+    # own timing may pick another in another process. L1-13 returns float16 when its float16 path wins its
+    # race: 36 of 76 committed GPU evaluations passed, so two runs disagree on it one time in two; at 3 it
+    # would pass about one run in twenty. Off: every self-tuning pass (about 12 a release) would pay the
+    # confirmations, and this has not run on a GPU yet.
+    confirm_clock: int = 0
     tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
@@ -165,6 +171,9 @@ class EvalConfig:
             raise ValueError(f"ci_target={self.ci_target}: a relative half-width in (0, 1), e.g. 0.01")
         if self.edge_trials < 0:
             raise ValueError(f"edge_trials={self.edge_trials}: must be 0 (no more trials near the tolerance) or more")
+        if self.confirm_clock < 0:
+            raise ValueError(f"confirm_clock={self.confirm_clock}: must be 0 (none for a pass that reads the clock) "
+                             "or more")
         if self.confirm_edge < 0:
             raise ValueError(f"confirm_edge={self.confirm_edge}: must be 0 (no fresh weights for a pass near "
                              "its tolerance) or more")

@@ -101,15 +101,27 @@ def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Eval
     return result
 
 
+def confirmations(result: Evaluation, config: EvalConfig) -> int:
+    """How many times a pass is checked again under fresh weights in fresh processes (:func:`confirm`):
+    ``confirm_edge`` where it passed near its tolerance (flag ``tolerance_edge``), at least
+    ``confirm_clock`` where it reads the clock (flag ``reads_clock``: a program that picks its path by its
+    own timing may pick another in another process, L1-13's float16 path). None for a pass re-measured
+    above ``recheck_above``, whose later measurements ran in fresh processes."""
+    if not result.ok or "rechecked" in result.flags:
+        return 0
+    edge = config.confirm_edge if "tolerance_edge" in result.flags else 0
+    return max(edge, config.confirm_clock if "reads_clock" in result.flags else 0)
+
+
 def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
-    """Whether a pass is checked again in fresh processes (:func:`confirm`): it passed near its tolerance
-    (flag ``tolerance_edge``) and was not re-measured, whose later measurements ran in fresh processes."""
-    return result.ok and config.confirm_edge > 0 and "tolerance_edge" in result.flags and "rechecked" not in result.flags
+    """Whether :func:`confirm` checks a pass again (:func:`confirmations`)."""
+    return confirmations(result, config) > 0
 
 
 def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
             session: ReferenceSession) -> Evaluation:
-    """A pass near its tolerance, checked again ``confirm_edge`` times, correctness only, each time with
+    """A pass near its tolerance (or one that reads the clock), checked again :func:`confirmations` times,
+    correctness only, each time with
     fresh weights (a new reference session: a new init seed for the reference and the candidate alike), in
     fresh processes, on fresh draws (and the edge trials where it is near the edge again). L2-27's error is
     set by its weights: within one run its first process and a fresh one read 0.9268 and 0.9264 of its
@@ -117,11 +129,15 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     (docs/evaluator.md, "A pass near its tolerance is confirmed"). More draws, or processes, on the same
     weights cannot make such a verdict repeat; more weights make it the same in every run. A program is
     correct only where correct under every set of weights it met: a failure is its verdict; a pass keeps
-    the first evaluation's figures, flagged ``edge_confirmed``."""
+    the first evaluation's figures, flagged ``edge_confirmed`` (``clock_confirmed`` for a pass confirmed
+    only because it reads the clock; ``..._failed`` for a failure)."""
+    edge = "tolerance_edge" in first.flags
+    kind, why = ("edge", f"passed near its tolerance ({first.extra.get('tolerance_used')} of it)") if edge else \
+        ("clock", "passed, and picks its path by its own clock")
     check = replace(config, timing=False)
     used: list[float] = []
     started = time.perf_counter()
-    for _ in range(config.confirm_edge):
+    for _ in range(confirmations(first, config)):
         def fresh_weights() -> Evaluation:
             with ReferenceSession(problem, config) as other:  # its own init seed
                 return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root)
@@ -134,14 +150,13 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
         if not again.ok:
             return replace(first, status=again.status, speedup=None, speedup_low=None, speedup_high=None,
                            max_abs_error=again.max_abs_error, max_rel_l2_error=again.max_rel_l2_error,
-                           reason=f"passed near its tolerance ({first.extra.get('tolerance_used')} of it), then "
-                                  f"with fresh weights in a fresh process: {again.reason}",
+                           reason=f"{why}, then with fresh weights in a fresh process: {again.reason}",
                            extra=first.extra | {"confirm_s": round(time.perf_counter() - started, 3)},
-                           flags=tuple(sorted(set(first.flags) | {"edge_confirm_failed"})))
+                           flags=tuple(sorted(set(first.flags) | {f"{kind}_confirm_failed"})))
         used.append(again.extra.get("tolerance_used", 0.0))
     return replace(first, extra=first.extra | {"confirm_tolerance_used": used,
                                                 "confirm_s": round(time.perf_counter() - started, 3)},
-                   flags=tuple(sorted(set(first.flags) | {"edge_confirmed"})))
+                   flags=tuple(sorted(set(first.flags) | {f"{kind}_confirmed"})))
 
 
 def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[str]:
