@@ -13,11 +13,14 @@ trials; its fastest ones might see fewer of them).
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.agreement_split import _ok_pairs, load, p95  # noqa: E402
 
 Trials = list[tuple[float, float]]
 
@@ -43,27 +46,18 @@ ESTIMATORS: dict[str, Callable[[Trials], float]] = {
 }
 
 
-def load(run: Path) -> dict[str, Trials]:
-    """The trials of each row ok in ``run``."""
-    rows: dict[str, Trials] = {}
-    for line in (run / "results.jsonl").read_text().splitlines():
-        e = json.loads(line)
-        extra = e.get("extra") or {}
-        extra = json.loads(extra) if isinstance(extra, str) else extra
-        if e["status"] == "ok" and extra.get("trial_ms"):
-            rows[e["problem_id"]] = [(float(r), float(c)) for r, c in extra["trial_ms"]]
-    return rows
-
-
 def gaps(groups: list[list[Path]]) -> dict[str, list[float]]:
-    """|delta| / first over every pair of runs within each group, by estimator."""
+    """|delta| / first over every pair of runs within each group, over the rows ok in both that carry their
+    trials, by estimator."""
     out: dict[str, list[float]] = {name: [] for name in ESTIMATORS}
     for group in groups:
-        for a, b in itertools.combinations([load(run) for run in group], 2):
-            for pid in sorted(a.keys() & b.keys()):
-                for name, figure in ESTIMATORS.items():
-                    first, second = figure(a[pid]), figure(b[pid])
-                    out[name].append(abs(second - first) / first)
+        for a, b, _ in _ok_pairs([load(run) for run in group]):
+            ta, tb = a.extra.get("trial_ms"), b.extra.get("trial_ms")
+            if not ta or not tb:
+                continue
+            for name, figure in ESTIMATORS.items():
+                first = figure([(float(r), float(c)) for r, c in ta])
+                out[name].append(abs(figure([(float(r), float(c)) for r, c in tb]) - first) / first)
     return out
 
 
@@ -73,8 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     pooled = gaps([[Path(p) for p in g.split(",")] for g in args.groups])
     for name, values in pooled.items():
-        p95 = sorted(values)[min(len(values) - 1, int(0.95 * len(values)))]
-        print(f"{name:30s} {len(values):5d} pairs  median {statistics.median(values):.2%}  p95 {p95:.2%}")
+        print(f"{name:30s} {len(values):5d} pairs  median {statistics.median(values):.2%}  p95 {p95(values):.2%}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ from benchmarks.trial_estimators import ESTIMATORS, gaps, quantile
 
 def _run(path: Path, trials: dict[str, list[list[float]]], failed: str = "") -> Path:
     path.mkdir()
-    rows = [{"problem_id": pid, "status": "ok", "extra": {"trial_ms": t}} for pid, t in trials.items()]
-    rows.append({"problem_id": failed or "X", "status": "incorrect", "extra": {}})
+    rows = [{"problem_id": pid, "candidate_id": "c", "status": "ok", "speedup": 1.0, "extra": {"trial_ms": t}}
+            for pid, t in trials.items()]
+    rows.append({"problem_id": failed or "X", "candidate_id": "c", "status": "incorrect", "extra": {}})
     (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

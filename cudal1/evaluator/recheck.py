@@ -121,9 +121,8 @@ def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
 def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
             session: ReferenceSession) -> Evaluation:
     """A pass near its tolerance (or one that reads the clock), checked again :func:`confirmations` times,
-    correctness only, each time with
-    fresh weights (a new reference session: a new init seed for the reference and the candidate alike), in
-    fresh processes, on fresh draws (and the edge trials where it is near the edge again). L2-27's error is
+    correctness only, each time with fresh weights (a new reference session: a new init seed for the
+    reference and the candidate alike), in fresh processes, on fresh draws (and the edge trials where it is near the edge again). L2-27's error is
     set by its weights: within one run its first process and a fresh one read 0.9268 and 0.9264 of its
     limit, while runs (each with its own init seed) read 0.87-0.97 or failed at 1.03-1.29, passing 7 of 15
     (docs/evaluator.md, "A pass near its tolerance is confirmed"). More draws, or processes, on the same
@@ -135,13 +134,14 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     kind, why = ("edge", f"passed near its tolerance ({first.extra.get('tolerance_used')} of it)") if edge else \
         ("clock", "passed, and picks its path by its own clock")
     check = replace(config, timing=False)
+
+    def fresh_weights() -> Evaluation:
+        with ReferenceSession(problem, config) as other:  # its own init seed
+            return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root)
+
     used: list[float] = []
     started = time.perf_counter()
     for _ in range(confirmations(first, config)):
-        def fresh_weights() -> Evaluation:
-            with ReferenceSession(problem, config) as other:  # its own init seed
-                return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root)
-
         # out of device memory: once more with the batch's reference worker restarted (_fresh)
         again = _fresh(fresh_weights, session)
         if out_of_memory(again):
