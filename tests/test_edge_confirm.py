@@ -112,12 +112,12 @@ def test_a_pass_near_the_edge_under_every_set_of_weights_is_confirmed(monkeypatc
     assert len(result.extra["confirm_tolerance_used"]) == 2
 
 
-def test_a_pass_that_reads_the_clock_is_confirmed_only_when_asked(monkeypatch: pytest.MonkeyPatch,
+def test_a_pass_that_reads_the_clock_is_confirmed_unless_told_not_to(monkeypatch: pytest.MonkeyPatch,
                                                                   ext_root: Path) -> None:
     seeds = [_seed_where(edge=True), _seed_where(edge=False)]
     monkeypatch.setattr(workers, "new_seed", lambda: seeds[0])
     cfg = EvalConfig(device="cpu", timing=False, correctness_trials=3)
-    default = _evaluate(_clocked(), cfg, ext_root)  # confirm_clock 0: its first process decides
+    default = _evaluate(_clocked(), replace(cfg, confirm_clock=0), ext_root)  # 0: its first process decides
     assert default.status is Status.OK and "reads_clock" in default.flags and "clock_confirmed" not in default.flags
     queue = iter(seeds)
     monkeypatch.setattr(workers, "new_seed", lambda: next(queue))
@@ -154,7 +154,9 @@ def test_only_unrechecked_passes_at_the_edge_need_it() -> None:
     assert not needs_confirmation(replace(edge, flags=()), cfg)
     assert not needs_confirmation(edge, EvalConfig(confirm_edge=0))
     clocked = Evaluation("p", "c", Status.OK, flags=("reads_clock",))
-    assert confirmations(clocked, EvalConfig()) == 0 and confirmations(clocked, EvalConfig(confirm_clock=2)) == 2
+    assert confirmations(clocked, EvalConfig()) == EvalConfig().confirm_clock == 3
+    assert confirmations(clocked, EvalConfig(confirm_clock=0)) == 0
+    assert confirmations(clocked, EvalConfig(confirm_clock=2)) == 2
     both = replace(clocked, flags=("reads_clock", "tolerance_edge"))
     assert confirmations(both, EvalConfig(confirm_edge=3, confirm_clock=1)) == 3
     assert confirmations(replace(both, flags=("reads_clock", "rechecked")), EvalConfig(confirm_clock=2)) == 0

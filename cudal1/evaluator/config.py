@@ -44,9 +44,9 @@ class EvalConfig:
     # The same for a pass by a program that reads the clock (flag reads_clock): one that picks its path by its
     # own timing may pick another in another process. L1-13 returns float16 when its float16 path wins its
     # race: 36 of 76 committed GPU evaluations passed, so two runs disagree on it one time in two; at 3 it
-    # would pass about one run in twenty. Off: every self-tuning pass (about 12 a release) would pay the
-    # confirmations, and this has not run on a GPU yet.
-    confirm_clock: int = 0
+    # would pass about one run in twenty. The cost is three correctness checks for each self-tuning pass
+    # (about 12 a release); 0 leaves the verdict to the first process.
+    confirm_clock: int = 3
     tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
