@@ -77,10 +77,14 @@ def test_a_program_that_times_itself_is_flagged_not_rejected() -> None:
     ) + BODY
     for source in (events, HEAD + "import torch.utils.benchmark as benchmark\n" + BODY,
                    HEAD + "from torch.utils import benchmark\n" + BODY,
-                   HEAD + "from torch.utils.benchmark import Timer\n" + BODY):
+                   HEAD + "from torch.utils.benchmark import Timer\n" + BODY,
+                   HEAD + "from time import perf_counter as clock\n" + BODY):
         report = check_source(source)
         assert report.rejected == [] and "reads_clock" in report.flags, source
     assert "reads_clock" not in check_source(HEAD + BODY).flags
+    assert "reads_clock" not in check_source(HEAD + "import time\n" + BODY).flags  # a module, not a read
+    for sleeps in ("from time import sleep\n", "from time import sleep as nap\n"):  # as time.sleep( is refused
+        assert [f.code for f in check_source(HEAD + sleeps + BODY).rejected] == ["banned_call"], sleeps
 
 
 def test_the_cached_screen_says_what_the_report_says() -> None:

@@ -150,7 +150,7 @@ def _candidate_trial(run: Run, record: dict[str, Any], k: int) -> None:
 
 
 def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
-                   build_only: bool = False, first_call: bool = False) -> dict[str, Any]:
+                   build_only: bool = False, first_call: bool = False, clock_skew: str | None = None) -> dict[str, Any]:
     """Send a prepared candidate worker its load command (import, build, construct with the reference's
     init seed, move to the device); returns the reply. Raises WorkerFailure. ``build_only`` (a build
     worker's first step, on the CPU, whose only product is the build cache): no input plan or graph,
@@ -175,7 +175,8 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
                          "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
                          "device_draws": draws_path(config) if not build_only else None,
-                         "build_only": build_only, "spare_prep": config.spare_prep},  # build_only: no plan, so no graph
+                         "build_only": build_only, "spare_prep": config.spare_prep,  # build_only: no plan, so no graph
+                         "clock_skew": clock_skew},
                         config.build_timeout_s + config.load_timeout_s)
     # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
     reply |= {"ready_wait_s": round(t1 - t0, 3), "load_cmd_s": round(time.perf_counter() - t1, 3)}
@@ -225,12 +226,14 @@ def evaluate_candidate(
     prepared: WorkerProcess | None = None,
     loaded: Future[dict[str, Any]] | None = None,
     quiet: Callable[[], AbstractContextManager[Any]] | None = None,
+    clock_skew: str | None = None,
 ) -> Evaluation:
     """Evaluate one candidate. Never raises for anything the candidate does; raises ``ReferenceError``
     only when the problem's own reference cannot run. A batch passes a ``prepared`` worker, the
     ``loaded`` reply of its load command when that already ran (see :func:`load_candidate`), and
     ``quiet``, a context the timing runs inside: entered once nothing else of the batch uses the device
-    or the CPU cores (loads done, builds paused)."""
+    or the CPU cores (loads done, builds paused). ``clock_skew`` (a confirmation's, recheck.confirm) gives
+    the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py)."""
     started = time.perf_counter()
     base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
                       device_name=device_name(config.device), config_hash=config.hash,
@@ -254,7 +257,8 @@ def evaluate_candidate(
     result = base
     build_error = ""
     try:
-        reply = loaded.result() if loaded is not None else load_candidate(worker, reference.init_seed, config)
+        reply = loaded.result() if loaded is not None else \
+            load_candidate(worker, reference.init_seed, config, clock_skew=clock_skew)
         check_reply(reply, "load")
         check_integrity(reply, run)
         if reply.get("graphed") and reference.graphed:

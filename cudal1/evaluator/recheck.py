@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
+from cudal1.evaluator.clock_skew import SKEWS
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import ReferenceSession, device_name, evaluate_candidate
 from cudal1.evaluator.process import WorkerProcess
@@ -121,42 +122,65 @@ def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
 def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: EvalConfig, ext_root: Path,
             session: ReferenceSession) -> Evaluation:
     """A pass near its tolerance (or one that reads the clock), checked again :func:`confirmations` times,
-    correctness only, each time with fresh weights (a new reference session: a new init seed for the
-    reference and the candidate alike), in fresh processes, on fresh draws (and the edge trials where it is near the edge again). L2-27's error is
-    set by its weights: within one run its first process and a fresh one read 0.9268 and 0.9264 of its
-    limit, while runs (each with its own init seed) read 0.87-0.97 or failed at 1.03-1.29, passing 7 of 15
-    (docs/evaluator.md, "A pass near its tolerance is confirmed"). More draws, or processes, on the same
-    weights cannot make such a verdict repeat; more weights make it the same in every run. A program is
-    correct only where correct under every set of weights it met: a failure is its verdict; a pass keeps
-    the first evaluation's figures, flagged ``edge_confirmed`` (``clock_confirmed`` for a pass confirmed
-    only because it reads the clock; ``..._failed`` for a failure)."""
+    correctness only, in fresh processes, on fresh draws (and the edge trials where it is near the edge again).
+
+    Near its tolerance, each time with fresh weights (a new reference session: a new init seed for the
+    reference and the candidate alike). L2-27's error is set by its weights: within one run its first
+    process and a fresh one read 0.9268 and 0.9264 of its limit, while runs (each with its own init seed)
+    read 0.87-0.97 or failed at 1.03-1.29, passing 7 of 15 (docs/evaluator.md, "A pass near its tolerance
+    is confirmed"). More draws, or processes, on the same weights cannot make such a verdict repeat; more
+    weights make it the same in every run.
+
+    A pass by a program that reads the clock, on the first evaluation's weights, each time under clocks that
+    decide its timing races for it, its first-timed variant winning, then its last-timed
+    (:mod:`cudal1.evaluator.clock_skew`): a fresh process with a true clock mostly picks what the first one
+    picked (L1-13 passed in two runs of seven with three such confirmations on one H200). An incorrect or
+    rejected path fails it; an error under such a clock (a timeout of its own that the clock ran past) is
+    noted (flag ``clock_skew_error``), not held against it.
+
+    A program is correct only where correct on every check: a failure is its verdict; a pass keeps the first
+    evaluation's figures, flagged ``edge_confirmed`` (``clock_confirmed`` for a pass confirmed only because
+    it reads the clock; ``..._failed`` for a failure)."""
     edge = "tolerance_edge" in first.flags
     kind, why = ("edge", f"passed near its tolerance ({first.extra.get('tolerance_used')} of it)") if edge else \
         ("clock", "passed, and picks its path by its own clock")
+    clocked = "reads_clock" in first.flags and config.confirm_clock > 0
     check = replace(config, timing=False)
 
-    def fresh_weights() -> Evaluation:
-        with ReferenceSession(problem, config) as other:  # its own init seed
-            return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root)
+    def again_with(skew: str | None) -> Callable[[], Evaluation]:
+        def run() -> Evaluation:
+            if not edge:  # its race, not its weights, is the question: the batch's reference serves
+                return evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root,
+                                          clock_skew=skew)
+            with ReferenceSession(problem, config) as other:  # its own init seed
+                return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root,
+                                          clock_skew=skew)
+        return run
 
     used: list[float] = []
+    notes: set[str] = set()
     started = time.perf_counter()
-    for _ in range(confirmations(first, config)):
+    for i in range(confirmations(first, config)):
+        skew = SKEWS[i % len(SKEWS)] if clocked else None
         # out of device memory: once more with the batch's reference worker restarted (_fresh)
-        again = _fresh(fresh_weights, session)
+        again = _fresh(again_with(skew), session)
         if out_of_memory(again):
             return reference_failed(problem, candidate, config, f"confirmation on {config.device} ran out of "
                                     f"device memory: {again.reason}", HARNESS_FAILED)
+        if not again.ok and skew is not None and again.status not in (Status.INCORRECT, Status.REJECTED):
+            notes.add("clock_skew_error")
+            continue
         if not again.ok:
+            how = f"with its {skew}-timed variant made to win its own timing" if skew else "with fresh weights"
             return replace(first, status=again.status, speedup=None, speedup_low=None, speedup_high=None,
                            max_abs_error=again.max_abs_error, max_rel_l2_error=again.max_rel_l2_error,
-                           reason=f"{why}, then with fresh weights in a fresh process: {again.reason}",
+                           reason=f"{why}, then in a fresh process {how}: {again.reason}",
                            extra=first.extra | {"confirm_s": round(time.perf_counter() - started, 3)},
-                           flags=tuple(sorted(set(first.flags) | {f"{kind}_confirm_failed"})))
+                           flags=tuple(sorted(set(first.flags) | {f"{kind}_confirm_failed"} | notes)))
         used.append(again.extra.get("tolerance_used", 0.0))
     return replace(first, extra=first.extra | {"confirm_tolerance_used": used,
                                                 "confirm_s": round(time.perf_counter() - started, 3)},
-                   flags=tuple(sorted(set(first.flags) | {f"{kind}_confirmed"})))
+                   flags=tuple(sorted(set(first.flags) | {f"{kind}_confirmed"} | notes)))
 
 
 def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[str]:

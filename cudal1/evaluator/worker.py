@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
+from cudal1.evaluator.clock_skew import install as skew_clocks
 from cudal1.evaluator.cores import CoreHop, on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
@@ -158,6 +159,8 @@ class Worker(ReferenceRole):
                 _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"),
                 bool(msg.get("graph_inputs")), stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
+        if msg.get("clock_skew") and msg["role"] == "candidate":  # a confirmation deciding its race (clock_skew.py)
+            skew_clocks(msg["clock_skew"])
         self._snapshot()
         if msg["role"] == "candidate":
             if builds:

@@ -1,0 +1,142 @@
+"""A pass by a program that picks its path by its own clock is confirmed under clocks that make its
+first-timed, then its last-timed variant win (cudal1/evaluator/clock_skew.py, recheck.confirm): L1-13's
+float16 path, which a true clock picks only in some runs, is then taken in every run. The clocks alone,
+then real workers on the CPU through the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cudal1.candidates import Candidate, Evaluation, Status
+from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.batch import evaluate_many
+from cudal1.evaluator.clock_skew import READS, SKEWS, SkewedClock
+from tests.edge_problem import PROBLEM, REFERENCE
+
+
+def _reads(values: list[float]) -> Iterator[float]:
+    yield from values
+
+
+@pytest.mark.parametrize(("real", "winner"), [([0.0, 0.5, 0.5, 0.6], "B"), ([0.0, 0.1, 0.1, 0.6], "A")])
+def test_each_skew_decides_a_comparison_whatever_the_real_times(real: list[float], winner: str) -> None:
+    """A then B timed with four reads: "first" makes A win and "last" B, whichever was really faster."""
+    truly = "A" if real[1] - real[0] < real[3] - real[2] else "B"
+    assert truly == winner
+    for favour, expected in zip(SKEWS, ("A", "B")):
+        reals = _reads(real)
+        read = SkewedClock(favour).seconds(lambda: next(reals))  # noqa: B023 (used within the loop)
+        t = [read() for _ in range(4)]
+        assert t == sorted(t), "a skewed clock still never goes back"
+        assert ("A" if t[1] - t[0] < t[3] - t[2] else "B") == expected
+
+
+def test_the_minimum_of_several_variants_is_the_first_or_the_last() -> None:
+    for favour, expected in zip(SKEWS, (0, 4)):
+        clock = SkewedClock(favour)
+        read, ms = clock.seconds(lambda: 0.0), clock.elapsed_ms(lambda start, end: 3.0)
+        by_clock = [-(read() - read()) for _ in range(5)]  # each variant's interval, end minus start
+        by_events = [ms(None, None) for _ in range(5)]
+        assert by_clock.index(min(by_clock)) == expected and by_events.index(min(by_events)) == expected
+
+
+def test_jumps_stop_after_their_reads_and_bad_names_are_refused() -> None:
+    clock = SkewedClock("last", reads=3)
+    read = clock.seconds(lambda: 0.0)
+    values = [read() for _ in range(5)]
+    assert values[3] == values[4] == values[2] > 0  # after three reads the clock runs true
+    assert SkewedClock("first").nanoseconds(lambda: 10)() == 10 + 10**9
+    assert READS >= 10_000
+    with pytest.raises(ValueError, match="clock skew 'fast'"):
+        SkewedClock("fast")
+
+
+def _racer(wrong_first: bool, style: str = "module") -> Candidate:
+    """Times an exact variant and a wrong one at its first call and keeps the faster; the wrong one is the
+    slower in truth (100 extra passes), so a true clock keeps the exact one."""
+    clock = "time.perf_counter()" if style == "module" else "perf_counter()"
+    order = '("wrong", "exact")' if wrong_first else '("exact", "wrong")'
+    return Candidate(PROBLEM.problem_id, REFERENCE + f'''
+import time
+from time import perf_counter
+
+
+class ModelNew(Model):
+    path = None
+
+    def exact(self, x):
+        return torch.relu(x) * 2.0
+
+    def wrong(self, x):
+        y = x
+        for _ in range(100):
+            y = torch.relu(x) * 2.0
+        return y + 1.0
+
+    def forward(self, x):
+        if ModelNew.path is None:
+            took = {{}}
+            for name in {order}:
+                start = {clock}
+                getattr(self, name)(x)
+                took[name] = {clock} - start
+            ModelNew.path = min(took, key=took.get)
+        return getattr(self, ModelNew.path)(x)
+''')
+
+
+def _evaluate(candidate: Candidate, root: Path, **kw: object) -> Evaluation:
+    cfg = EvalConfig(device="cpu", timing=False, correctness_trials=3, **kw)
+    [result] = evaluate_many([PROBLEM], [candidate], cfg, extensions_root=root)
+    return result
+
+
+@pytest.mark.parametrize(("wrong_first", "style", "skew"), [(False, "module", "last"), (True, "name", "first")])
+def test_a_race_whose_other_path_is_wrong_is_incorrect(ext_root: Path, wrong_first: bool, style: str,
+                                                       skew: str) -> None:
+    racer = _racer(wrong_first, style)
+    alone = _evaluate(racer, ext_root, confirm_clock=0)  # the true clock picks the exact path
+    assert alone.status is Status.OK and "reads_clock" in alone.flags, alone.reason
+    result = _evaluate(racer, ext_root)
+    assert result.status is Status.INCORRECT, result
+    assert "clock_confirm_failed" in result.flags and result.speedup is None
+    assert f"{skew}-timed variant made to win" in result.reason, result.reason
+
+
+def test_a_program_correct_on_every_path_is_confirmed_on_its_weights(ext_root: Path) -> None:
+    steady = Candidate(PROBLEM.problem_id, REFERENCE + '''
+import time
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        start = time.monotonic_ns()
+        out = torch.relu(x) * 2.0
+        self.took = time.monotonic_ns() - start
+        return out
+''')
+    result = _evaluate(steady, ext_root)
+    assert result.status is Status.OK and "clock_confirmed" in result.flags, result.reason
+    assert len(result.extra["confirm_tolerance_used"]) == EvalConfig().confirm_clock == 2
+
+
+def test_a_timeout_of_its_own_under_a_skewed_clock_is_not_held_against_it(ext_root: Path) -> None:
+    """The "last" clock's first jumps are a day long: a program that gives up after 100 s raises under it."""
+    patient = Candidate(PROBLEM.problem_id, REFERENCE + '''
+import time
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        start = time.time()
+        out = torch.relu(x) * 2.0
+        if time.time() - start > 100:
+            raise RuntimeError("gave up")
+        return out
+''')
+    result = _evaluate(patient, ext_root)
+    assert result.status is Status.OK, result.reason
+    assert {"clock_confirmed", "clock_skew_error"} <= set(result.flags)
