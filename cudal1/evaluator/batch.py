@@ -340,7 +340,7 @@ def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: Reference
         result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
         if needs_recheck(result, cfg):
             result = recheck(result, problem, c, cfg, ext_root, session, ready())
-        elif needs_confirmation(result, cfg):
+        if needs_confirmation(result, cfg):  # a re-checked pass still meets clocks that decide its races
             result = confirm(result, problem, c, cfg, ext_root, session)
     except ReferenceError as exc:
         result = reference_failed(problem, c, cfg, str(exc))

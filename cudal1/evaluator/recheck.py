@@ -103,15 +103,18 @@ def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Eval
 
 
 def confirmations(result: Evaluation, config: EvalConfig) -> int:
-    """How many times a pass is checked again under fresh weights in fresh processes (:func:`confirm`):
-    ``confirm_edge`` where it passed near its tolerance (flag ``tolerance_edge``), at least
-    ``confirm_clock`` where it reads the clock (flag ``reads_clock``: a program that picks its path by its
-    own timing may pick another in another process, L1-13's float16 path). None for a pass re-measured
-    above ``recheck_above``, whose later measurements ran in fresh processes."""
-    if not result.ok or "rechecked" in result.flags:
+    """How many times a pass is checked again in fresh processes (:func:`confirm`): ``confirm_edge`` where it
+    passed near its tolerance (flag ``tolerance_edge``), at least ``confirm_clock`` where it reads the clock
+    (flag ``reads_clock``: a program that picks its path by its own timing may pick another elsewhere, L1-13's
+    float16 path). A pass re-measured above ``recheck_above`` already ran in fresh processes on the same
+    weights with true clocks, which race as the first did: only its clock's confirmations remain (L1-60 and
+    L1-70 time their own variants and read above 3×)."""
+    if not result.ok:
         return 0
-    edge = config.confirm_edge if "tolerance_edge" in result.flags else 0
-    return max(edge, config.confirm_clock if "reads_clock" in result.flags else 0)
+    clock = config.confirm_clock if "reads_clock" in result.flags else 0
+    if "rechecked" in result.flags:
+        return clock
+    return max(config.confirm_edge if "tolerance_edge" in result.flags else 0, clock)
 
 
 def needs_confirmation(result: Evaluation, config: EvalConfig) -> bool:
