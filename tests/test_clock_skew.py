@@ -14,6 +14,7 @@ from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.clock_skew import READS, SKEWS, SkewedClock
+from cudal1.problems import load_starter_suite
 from tests.edge_problem import PROBLEM, REFERENCE
 
 
@@ -140,3 +141,44 @@ class ModelNew(Model):
     result = _evaluate(patient, ext_root)
     assert result.status is Status.OK, result.reason
     assert {"clock_confirmed", "clock_skew_error"} <= set(result.flags)
+
+
+DIAG_RACER = '''
+import time
+
+
+class ModelNew(Model):
+    path = None
+
+    def exact(self, a, B):
+        return a.unsqueeze(1) * B
+
+    def wrong(self, a, B):  # the reference's matmul, three times, then off by one: slower in truth
+        for _ in range(3):
+            out = torch.diag(a) @ B
+        return out + 1.0
+
+    def forward(self, a, B):
+        if ModelNew.path is None:
+            took = {}
+            for name in ("exact", "wrong"):
+                start = time.perf_counter()
+                getattr(self, name)(a, B)
+                took[name] = time.perf_counter() - start
+            ModelNew.path = min(took, key=took.get)
+        return getattr(self, ModelNew.path)(a, B)
+'''
+
+
+@pytest.mark.slow
+def test_a_re_measured_self_timing_pass_meets_the_deciding_clocks(ext_root: Path) -> None:
+    """Its re-measurements ran with true clocks, which race as its first process did (L1-60, L1-70 read
+    above 3x): the confirmations still follow them. diag(a) @ B by broadcasting is far above the re-check's
+    threshold, set low here so every run is re-measured."""
+    problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
+    racer = Candidate(problem.problem_id, problem.source + DIAG_RACER)
+    cfg = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, recheck_above=1.5)
+    [result] = evaluate_many([problem], [racer], cfg, extensions_root=ext_root)
+    assert "recheck_speedups" in result.extra and "rechecked" in result.flags, result
+    assert result.status is Status.INCORRECT and "clock_confirm_failed" in result.flags, result
+    assert "last-timed variant made to win" in result.reason and result.speedup is None
