@@ -58,10 +58,11 @@ def test_jumps_stop_after_their_reads_and_bad_names_are_refused() -> None:
 def _racer(wrong_first: bool, style: str = "module") -> Candidate:
     """Times an exact variant and a wrong one at its first call and keeps the faster; the wrong one is the
     slower in truth (100 extra passes), so a true clock keeps the exact one."""
-    clock = "time.perf_counter()" if style == "module" else "perf_counter()"
+    clock = {"module": "time.perf_counter()", "name": "perf_counter()", "datetime": "datetime.now().timestamp()"}[style]
     order = '("wrong", "exact")' if wrong_first else '("exact", "wrong")'
     return Candidate(PROBLEM.problem_id, REFERENCE + f'''
 import time
+from datetime import datetime
 from time import perf_counter
 
 
@@ -95,7 +96,8 @@ def _evaluate(candidate: Candidate, root: Path, **kw: object) -> Evaluation:
     return result
 
 
-@pytest.mark.parametrize(("wrong_first", "style", "skew"), [(False, "module", "last"), (True, "name", "first")])
+@pytest.mark.parametrize(("wrong_first", "style", "skew"), [(False, "module", "last"), (True, "name", "first"),
+                                                           (False, "datetime", "last")])
 def test_a_race_whose_other_path_is_wrong_is_incorrect(ext_root: Path, wrong_first: bool, style: str,
                                                        skew: str) -> None:
     racer = _racer(wrong_first, style)

@@ -78,7 +78,8 @@ def test_a_program_that_times_itself_is_flagged_not_rejected() -> None:
     for source in (events, HEAD + "import torch.utils.benchmark as benchmark\n" + BODY,
                    HEAD + "from torch.utils import benchmark\n" + BODY,
                    HEAD + "from torch.utils.benchmark import Timer\n" + BODY,
-                   HEAD + "from time import perf_counter as clock\n" + BODY):
+                   HEAD + "from time import perf_counter as clock\n" + BODY,
+                   HEAD + "from datetime import datetime\nSTART = datetime.now()\n" + BODY):
         report = check_source(source)
         assert report.rejected == [] and "reads_clock" in report.flags, source
     assert "reads_clock" not in check_source(HEAD + BODY).flags

@@ -17,12 +17,14 @@ correct on both. The clocks stay monotonic, so loops on a deadline end; a progra
 its clock ran ahead (a timeout of its own) is not failed for it (recheck.confirm).
 
 Covered: ``time``'s clocks (``time``, ``perf_counter``, ``monotonic``, ``process_time``, ``thread_time`` and
-their ``_ns`` forms, read through the module or imported by name after the install) and CUDA events'
-``elapsed_time`` (``timeit`` is refused outright, static.py). Not covered: a timer bound before the program was loaded (e.g.
+their ``_ns`` forms, read through the module or imported by name after the install), ``datetime``'s
+``now``, ``utcnow`` and ``today`` (imported after it), and CUDA events' ``elapsed_time`` (``timeit`` is
+refused outright, static.py). Not covered: a timer bound before the program was loaded (e.g.
 ``torch.utils.benchmark``'s, bound when the harness imported it) and cuDNN's own benchmark mode."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable
 from typing import Any
@@ -80,4 +82,22 @@ def install(favour: str) -> SkewedClock:
 
     event = torch.cuda.Event
     event.elapsed_time = clock.elapsed_ms(event.elapsed_time)  # type: ignore[method-assign]
+    datetime.datetime = _SkewedDatetime  # type: ignore[misc] (its now() reads the skewed time.time)
     return clock
+
+
+class _SkewedDatetime(datetime.datetime):
+    """``datetime.now()`` and its kin through ``time.time``, skewed after :func:`install`: a program that
+    times its variants with datetimes (flagged ``reads_clock`` by static.py) meets the same clocks."""
+
+    @classmethod
+    def now(cls, tz: datetime.tzinfo | None = None) -> _SkewedDatetime:
+        return cls.fromtimestamp(time.time(), tz)
+
+    @classmethod
+    def utcnow(cls) -> _SkewedDatetime:
+        return cls.fromtimestamp(time.time(), datetime.timezone.utc).replace(tzinfo=None)
+
+    @classmethod
+    def today(cls) -> _SkewedDatetime:
+        return cls.now()

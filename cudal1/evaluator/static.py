@@ -287,7 +287,8 @@ class _Visitor(ast.NodeVisitor):
             self.reject(node, "global_state", f"calls {full} (changes global state the measurement relies on)")
         if full == "torch.set_float32_matmul_precision":
             self.flag(node, "precision_flags", f"calls {full}")
-        if (full.startswith("time.") and full != "time.sleep") or full.startswith("torch.utils.benchmark"):
+        if (full.startswith("time.") and full != "time.sleep") or full.startswith("torch.utils.benchmark") or \
+                (full.startswith("datetime.") and node.attr in ("now", "utcnow", "today")):
             self.flag(node, "reads_clock", f"uses {full} (self-timing for autotuning; clocks are guarded)")
         if node.attr == "elapsed_time" and not full:
             # A program that times its own variants picks one by the host's pace of the moment: L1-70 read
