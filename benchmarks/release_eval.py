@@ -86,7 +86,8 @@ def main() -> None:
     ap.add_argument("--confirm-edge", type=int, default=EvalConfig.confirm_edge,
                     help="EvalConfig.confirm_edge: fresh sets of weights a pass near its tolerance must pass under too")
     ap.add_argument("--confirm-clock", type=int, default=EvalConfig.confirm_clock,
-                    help="EvalConfig.confirm_clock: the same for a pass by a program that reads the clock")
+                    help="EvalConfig.confirm_clock: checks of a pass by a program that reads the clock, its "
+                         "first-timed then its last-timed variant made to win (clock_skew.py); 0: none")
     ap.add_argument("--spare-prep", action=argparse.BooleanOptionalAction, default=EvalConfig.spare_prep,
                     help="EvalConfig.spare_prep: a load's preparation of the inputs runs away from the timed core")
     args = ap.parse_args()
