@@ -109,18 +109,23 @@ def test_a_race_whose_other_path_is_wrong_is_incorrect(ext_root: Path, wrong_fir
     assert f"{skew}-timed variant made to win" in result.reason, result.reason
 
 
-def test_a_program_correct_on_every_path_is_confirmed_on_its_weights(ext_root: Path) -> None:
-    steady = Candidate(PROBLEM.problem_id, REFERENCE + '''
+def _timed_relu(clock: str, then: str) -> Candidate:
+    """The reference's ReLU, exact on every path, timed by ``clock`` into ``start``; ``then`` runs after it."""
+    return Candidate(PROBLEM.problem_id, REFERENCE + f'''
 import time
 
 
 class ModelNew(Model):
     def forward(self, x):
-        start = time.monotonic_ns()
+        start = {clock}
         out = torch.relu(x) * 2.0
-        self.took = time.monotonic_ns() - start
+        {then}
         return out
 ''')
+
+
+def test_a_program_correct_on_every_path_is_confirmed_on_its_weights(ext_root: Path) -> None:
+    steady = _timed_relu("time.monotonic_ns()", "self.took = time.monotonic_ns() - start")
     result = _evaluate(steady, ext_root)
     assert result.status is Status.OK and "clock_confirmed" in result.flags, result.reason
     assert len(result.extra["confirm_tolerance_used"]) == EvalConfig().confirm_clock == 2
@@ -128,18 +133,7 @@ class ModelNew(Model):
 
 def test_a_timeout_of_its_own_under_a_skewed_clock_is_not_held_against_it(ext_root: Path) -> None:
     """The "last" clock's first jumps are a day long: a program that gives up after 100 s raises under it."""
-    patient = Candidate(PROBLEM.problem_id, REFERENCE + '''
-import time
-
-
-class ModelNew(Model):
-    def forward(self, x):
-        start = time.time()
-        out = torch.relu(x) * 2.0
-        if time.time() - start > 100:
-            raise RuntimeError("gave up")
-        return out
-''')
+    patient = _timed_relu("time.time()", 'if time.time() - start > 100:\n            raise RuntimeError("gave up")')
     result = _evaluate(patient, ext_root)
     assert result.status is Status.OK, result.reason
     assert {"clock_confirmed", "clock_skew_error"} <= set(result.flags)

@@ -48,9 +48,9 @@ class SkewedClock:
     def jump(self) -> float:
         """Advance by this read's jump; the offset to add to the real time now."""
         self.count += 1
-        n = min(self.count, self.reads)
         if self.count <= self.reads:
-            self.offset_s += self.step_s * (n if self.favour == "first" else self.reads - n + 1)
+            n = self.count if self.favour == "first" else self.reads - self.count + 1
+            self.offset_s += self.step_s * n
         return self.offset_s
 
     def seconds(self, real: Callable[[], float]) -> Callable[[], float]:

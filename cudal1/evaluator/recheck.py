@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
@@ -150,15 +152,12 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     clocked = "reads_clock" in first.flags and config.confirm_clock > 0
     check = replace(config, timing=False)
 
-    def again_with(skew: str | None) -> Callable[[], Evaluation]:
-        def run() -> Evaluation:
-            if not edge:  # its race, not its weights, is the question: the batch's reference serves
-                return evaluate_candidate(problem, candidate, check, reference=session, extensions_root=ext_root,
-                                          clock_skew=skew)
-            with ReferenceSession(problem, config) as other:  # its own init seed
-                return evaluate_candidate(problem, candidate, check, reference=other, extensions_root=ext_root,
-                                          clock_skew=skew)
-        return run
+    def once(skew: str | None) -> Evaluation:
+        # near the edge under its own init seed; otherwise its race, not its weights, is the question and the
+        # batch's reference serves (nullcontext: not closed here)
+        with ReferenceSession(problem, config) if edge else nullcontext(session) as reference:
+            return evaluate_candidate(problem, candidate, check, reference=reference, extensions_root=ext_root,
+                                      clock_skew=skew)
 
     used: list[float] = []
     notes: set[str] = set()
@@ -166,7 +165,7 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     for i in range(confirmations(first, config)):
         skew = SKEWS[i % len(SKEWS)] if clocked else None
         # out of device memory: once more with the batch's reference worker restarted (_fresh)
-        again = _fresh(again_with(skew), session)
+        again = _fresh(partial(once, skew), session)
         if out_of_memory(again):
             return reference_failed(problem, candidate, config, f"confirmation on {config.device} ran out of "
                                     f"device memory: {again.reason}", HARNESS_FAILED)

@@ -91,6 +91,11 @@ TENSOR_BASES = {"Tensor", "Parameter", "_TensorBase", "TensorBase"}
 SELF_TUNING = frozenset({"cudnn_benchmark", "reads_clock"})
 
 
+def _a_timer(name: str) -> bool:
+    """A clock of ``time`` (its sleep aside) or torch's benchmark timer, by its full dotted name."""
+    return name.startswith("torch.utils.benchmark") or (name.startswith("time.") and name != "time.sleep")
+
+
 def tunes_itself(flags: tuple[str, ...] | set[str]) -> bool:
     """Whether static flags say the program times its own choices (:data:`SELF_TUNING`)."""
     return bool(SELF_TUNING.intersection(flags))
@@ -194,7 +199,7 @@ class _Visitor(ast.NodeVisitor):
     def _self_timing(self, node: ast.AST, name: str) -> None:
         """An import of a timer (torch's benchmark timer, or a clock of ``time`` by name, which the attribute
         check below never sees): the program times its variants itself."""
-        if name.startswith("torch.utils.benchmark") or (name.startswith("time.") and name != "time.sleep"):
+        if _a_timer(name):
             self.flag(node, "reads_clock", f"imports {name} (self-timing for autotuning)")
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -287,8 +292,7 @@ class _Visitor(ast.NodeVisitor):
             self.reject(node, "global_state", f"calls {full} (changes global state the measurement relies on)")
         if full == "torch.set_float32_matmul_precision":
             self.flag(node, "precision_flags", f"calls {full}")
-        if (full.startswith("time.") and full != "time.sleep") or full.startswith("torch.utils.benchmark") or \
-                (full.startswith("datetime.") and node.attr in ("now", "utcnow", "today")):
+        if _a_timer(full) or (full.startswith("datetime.") and node.attr in ("now", "utcnow", "today")):
             self.flag(node, "reads_clock", f"uses {full} (self-timing for autotuning; clocks are guarded)")
         if node.attr == "elapsed_time" and not full:
             # A program that times its own variants picks one by the host's pace of the moment: L1-70 read
