@@ -119,3 +119,41 @@ def test_an_object_built_with_the_header_is_byte_for_byte_the_one_built_without(
         assert (done.stderr.startswith("! ") and ".gch" in done.stderr.splitlines()[0]) == (name == "with")
         objects[name] = (tmp_path / f"{name}.o").read_bytes()
     assert objects["with"] == objects["without"]
+
+
+def test_a_compile_still_running_when_the_batch_ends_is_stopped_and_leaves_nothing(tmp_path: Path) -> None:
+    """A batch whose devices timed all along kept its header compile paused, then waited for it before it
+    returned (two H200s, cold cache): ``stop`` kills the compile, and its half-written header goes."""
+    import threading
+    import time
+
+    from cudal1.evaluator.procfs import processes
+
+    stop = threading.Event()
+    result: list[tuple[str, float]] = []
+    compiling = threading.Thread(target=lambda: result.append(prebuild_header(tmp_path, FAST, stop)))
+    compiling.start()
+    scratch = search_dir(tmp_path) / "tmp"
+    deadline = time.monotonic() + 120
+    while not (scratch.is_dir() and any(scratch.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.1)  # torch's flags are read first (seconds); then the compile writes into scratch
+    assert any(scratch.iterdir()), "the compile never started"
+    sessions = {p.session for p in processes() if b"cudal1.evaluator.pch" in _cmdline(p.pid)}
+    assert sessions, "no compile process found"
+    stop.set()
+    t0 = time.monotonic()
+    compiling.join(timeout=30)
+    assert not compiling.is_alive() and time.monotonic() - t0 < 5  # ended within a poll, not ~40 s later
+    message, _ = result[0]
+    assert message == "stopped: the batch's evaluations were done first"
+    assert not any(scratch.iterdir())  # the half-written header is gone
+    assert not list((search_dir(tmp_path) / f"{HEADER}.gch").glob("*.gch"))
+    # the compiler went with it (dead children of its session wait for init to reap them: "Z")
+    assert not [p for p in processes() if p.session in sessions and p.state != "Z"]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

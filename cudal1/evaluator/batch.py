@@ -156,7 +156,8 @@ def evaluate_many(
     rechecks = expected_rechecks(history, config)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
             ThreadPoolExecutor(max_workers=workers) as pool:
-        header = header_beside(beside, todo, ext_root, config)  # the precompiled torch header (pch.py)
+        done_evaluating = threading.Event()  # ends the precompiled header's compile if still running
+        header = header_beside(beside, todo, ext_root, config, done_evaluating)  # (pch.py)
         if header is not None:
             header.add_done_callback(_log_header)
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
@@ -173,10 +174,13 @@ def evaluate_many(
 
         threads = [threading.Thread(target=run_device, args=(d,), name=f"cudal1-eval-{d}", daemon=True)
                    for d in devices]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:  # no build is left to use the header: the batch does not wait for it (prebuild_header)
+            done_evaluating.set()
         if errors:
             raise RuntimeError(f"the evaluation loop stopped after {len(sink.new)} evaluations (kept"
                                f"{' in ' + str(path) if path else ''}; run again to resume): "

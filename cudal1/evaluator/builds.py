@@ -285,19 +285,23 @@ def wants_header(candidates: Iterable[Candidate], config: EvalConfig) -> bool:
 
 
 def header_beside(executor: Executor, candidates: Iterable[Candidate], extensions_root: Path,
-                  config: EvalConfig) -> Future[tuple[str, float]] | None:
+                  config: EvalConfig, stop: threading.Event | None = None) -> Future[tuple[str, float]] | None:
     """The batch's precompiled torch header started in ``executor``, beside the build pool rather than in a
     build slot (the builds that start before it is there parse the header themselves, with the same
-    result); None when the batch does not want one (:func:`wants_header`)."""
+    result); None when the batch does not want one (:func:`wants_header`). ``stop``: set when the batch's
+    evaluations are done, which ends a compile still running (:func:`prebuild_header`)."""
     if not wants_header(candidates, config):
         return None
-    return executor.submit(prebuild_header, extensions_root, config)
+    return executor.submit(prebuild_header, extensions_root, config, stop)
 
 
-def prebuild_header(extensions_root: Path, config: EvalConfig) -> tuple[str, float]:
+def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.Event | None = None) -> tuple[str, float]:
     """The precompiled torch header of the batch's builds (cudal1.evaluator.pch), compiled once in a
     process of its own as a build is: at nice 19, on the build cores, paused while a device times.
-    Returns (what happened or the error, wall seconds); a failure only costs the builds their speed-up."""
+    Returns (what happened or the error, wall seconds); a failure only costs the builds their speed-up.
+    Once ``stop`` is set the compile is killed and its half-written header removed: no build is left to
+    use it, and a batch whose devices timed all along (two GPUs, a cold cache) kept it paused to the end,
+    then waited for it before returning. The next batch compiles it again."""
     t0 = time.perf_counter()
     cores = _build_cores(config)
     # Priority and cores are set by the process itself (a preexec_fn is unsafe in this threaded parent).
@@ -310,16 +314,39 @@ def prebuild_header(extensions_root: Path, config: EvalConfig) -> tuple[str, flo
     if not config.builds_beside_timing:
         QUIET.add(handle)
     try:
-        out, _ = proc.communicate(timeout=config.build_timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        out = f"error: timed out after {config.build_timeout_s} s"
+        out, ended = _until(proc, config.build_timeout_s, stop)
     finally:
         QUIET.discard(handle)
-    lines = (out or "").strip().splitlines()
-    message = lines[-1] if proc.returncode == 0 and lines else f"error: {' | '.join(lines[-3:])[-600:]}"
+    lines = [line for line in (out or "").strip().splitlines() if not line.startswith(pch.SCRATCH_LINE)]
+    if ended is not None:
+        message = ended
+    elif proc.returncode == 0 and lines:
+        message = lines[-1]
+    else:
+        message = f"error: {' | '.join(lines[-3:])[-600:]}"
     return message, round(time.perf_counter() - t0, 3)
+
+
+def _until(proc: subprocess.Popen[str], timeout_s: float, stop: threading.Event | None) -> tuple[str, str | None]:
+    """The header compile's output, and why it was ended (None: it ended by itself): killed, its session
+    with it, after ``timeout_s`` or once ``stop`` is set, its scratch directory removed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.communicate(timeout=0.5)[0], None  # again after a timeout loses no output
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                why = "stopped: the batch's evaluations were done first"
+            elif time.monotonic() >= deadline:
+                why = f"error: timed out after {timeout_s} s"
+            else:
+                continue
+        os.killpg(proc.pid, signal.SIGKILL)  # a compile paused by QUIET dies as well
+        out = proc.communicate()[0] or ""
+        for line in out.splitlines():
+            if line.startswith(pch.SCRATCH_LINE):
+                shutil.rmtree(line[len(pch.SCRATCH_LINE):], ignore_errors=True)
+        return out, why
 
 
 def pin_cuda_arch(devices: Sequence[str]) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 SEARCH_DIR = ".pch"
 HEADER = Path("torch") / "extension.h"
+SCRATCH_LINE = "scratch: "  # the line naming the compile's temporary directory
 MIN_BUILDS = 4  # a batch with fewer extension builds does not make up the header's own compile (~40 s)
 
 
@@ -127,6 +128,8 @@ def prepare(extensions_root: Path) -> str:
     for directory in (search_dir(extensions_root), target.parent, target):
         directory.chmod(0o755)  # a sandboxed worker reads and lists it, and cannot write
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        # named first, so a parent that stops the compile (builds.prebuild_header) removes what it leaves
+        print(f"{SCRATCH_LINE}{tmp}", flush=True)
         out = Path(tmp) / name
         started = time.perf_counter()
         done = subprocess.run([*command, "-o", str(out)], capture_output=True, text=True)
