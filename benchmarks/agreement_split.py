@@ -48,7 +48,7 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
-def _ok_pairs(runs: list[dict[str, Evaluation]]) -> Iterator[tuple[Evaluation, Evaluation, float]]:
+def ok_pairs(runs: list[dict[str, Evaluation]]) -> Iterator[tuple[Evaluation, Evaluation, float]]:
     """Every row ok in both runs of every pair of runs: the first run's row, the second's, and
     |delta speedup| / speedup."""
     for a, b in itertools.combinations(runs, 2):
@@ -71,7 +71,7 @@ def _extra(row: Evaluation, key: str) -> Any:
 def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
     """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
     bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
-    for row, _, gap in _ok_pairs(runs):
+    for row, _, gap in ok_pairs(runs):
         for lo, hi in bands:
             if lo <= row.reference_ms < hi:  # type: ignore[operator]
                 bands[(lo, hi)].append(gap)
@@ -91,7 +91,7 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
     {'rows': 1, 'median': 0.1, 'p95': 0.1}
     """
     groups: dict[str, list[float]] = {"same_pace": [], "other_pace": []}
-    for row, other, gap in _ok_pairs(runs):
+    for row, other, gap in ok_pairs(runs):
         paces = [_extra(r, "host_pace_ms") for r in (row, other)]
         if all(paces):
             groups["same_pace" if max(paces) / min(paces) < same else "other_pace"].append(gap)
@@ -120,7 +120,7 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
                                       "follows_host": [], "device_bound": [], "one_level": []}
     reasons: Counter[str] = Counter()
     floor_of = {id(e): floor for run in runs for floor in (_floor(run),) for e in run.values()}  # each run's own
-    for row, other, gap in _ok_pairs(runs):
+    for row, other, gap in ok_pairs(runs):
         records = [_extra(r, "call_pace") for r in (row, other)]
         if not any(records):
             continue
@@ -191,7 +191,7 @@ def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str,
     ['reference']
     """
     groups: dict[str, list[float]] = {"neither": [], "reference": [], "candidate": [], "both": []}
-    for row, other, moved_by in _ok_pairs(runs):
+    for row, other, moved_by in ok_pairs(runs):
         trials = [_extra(r, "trial_ms") for r in (row, other)]
         if not all(trials):
             continue
@@ -225,7 +225,7 @@ def noise_budget(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
     """
 
     ratio_sd, ref_sd, cand_sd, together, zs = [], [], [], [], []
-    for row, other, _ in _ok_pairs(runs):
+    for row, other, _ in ok_pairs(runs):
         for r in (row, other):
             trials = _extra(r, "trial_ms")
             if trials and len(trials) >= 3:

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import _extra, _ok_pairs, _summary, load  # noqa: E402
+from benchmarks.agreement_split import _extra, _summary, load, ok_pairs  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def by_calls(groups: list[list[dict[str, Evaluation]]], apart: float = 4.0) -> d
     (all of them, and those of the rows that were also apart once)."""
     gaps: dict[str, list[tuple[tuple[int, str], float]]] = {"apart": [], "alike": []}  # (group, row), gap
     for index, runs in enumerate(groups):
-        for row, other, gap in _ok_pairs(runs):
+        for row, other, gap in ok_pairs(runs):
             a, b = calls(row), calls(other)
             if a is None or b is None:
                 continue

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import _ok_pairs, load, p95  # noqa: E402
+from benchmarks.agreement_split import load, ok_pairs, p95  # noqa: E402
+from cudal1.candidates import Evaluation  # noqa: E402
 
 Trials = list[tuple[float, float]]
 
@@ -51,14 +52,19 @@ def gaps(groups: list[list[Path]]) -> dict[str, list[float]]:
     trials, by estimator."""
     out: dict[str, list[float]] = {name: [] for name in ESTIMATORS}
     for group in groups:
-        for a, b, _ in _ok_pairs([load(run) for run in group]):
-            ta, tb = a.extra.get("trial_ms"), b.extra.get("trial_ms")
+        for a, b, _ in ok_pairs([load(run) for run in group]):
+            ta, tb = _trials(a), _trials(b)
             if not ta or not tb:
                 continue
             for name, figure in ESTIMATORS.items():
-                first = figure([(float(r), float(c)) for r, c in ta])
-                out[name].append(abs(figure([(float(r), float(c)) for r, c in tb]) - first) / first)
+                first = figure(ta)
+                out[name].append(abs(figure(tb) - first) / first)
     return out
+
+
+def _trials(e: Evaluation) -> Trials:
+    """An evaluation's (reference ms, candidate ms) trials; empty where it kept none."""
+    return [(float(r), float(c)) for r, c in e.extra.get("trial_ms") or []]
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
 from cudal1.evaluator.extensions import FAILED
 from cudal1.evaluator.pch import HEADER, cpath, header_command, prepare, search_dir
+from cudal1.evaluator.procfs import processes
 
 pytestmark = pytest.mark.xdist_group("pch")  # one worker compiles the module's header
 
@@ -124,11 +127,6 @@ def test_an_object_built_with_the_header_is_byte_for_byte_the_one_built_without(
 def test_a_compile_still_running_when_the_batch_ends_is_stopped_and_leaves_nothing(tmp_path: Path) -> None:
     """A batch whose devices timed all along kept its header compile paused, then waited for it before it
     returned (two H200s, cold cache): ``stop`` kills the compile, and its half-written header goes."""
-    import threading
-    import time
-
-    from cudal1.evaluator.procfs import processes
-
     stop = threading.Event()
     result: list[tuple[str, float]] = []
     compiling = threading.Thread(target=lambda: result.append(prebuild_header(tmp_path, FAST, stop)))
