@@ -14,6 +14,10 @@ run whose speedups spread by more than ``--moved`` (max / min - 1): its speedups
 reference's and the candidate's own times. A row whose reference moved and whose candidate held follows
 the host's pace through its reference (a recurrent network's thousands of launches); one whose candidate
 moved alone made its own choices differently (docs/evaluator.md, "Programs that tune themselves").
+
+A run may be several folders joined by ``+`` (``half/cold+other/cold``): the rows of two runs over
+disjoint rows read as one run, so the release measured by halves gives the whole release's figures. Rows
+present in every run whose status differs between runs are listed as verdict changes.
 """
 
 from __future__ import annotations
@@ -39,8 +43,29 @@ BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
 
 
 def load(run: Path) -> dict[str, Evaluation]:
-    """A run's rows by problem id, from its results.jsonl."""
-    return {e.problem_id: e for e in load_evaluations(run / "results.jsonl")}
+    """A run's rows by problem id, from its results.jsonl; ``a+b`` joins the folders' rows (disjoint rows:
+    a row in two of them is an error, since which one counts would be a guess)."""
+    rows: dict[str, Evaluation] = {}
+    for part in str(run).split("+"):
+        for e in load_evaluations(Path(part) / "results.jsonl"):
+            if e.problem_id in rows:
+                raise SystemExit(f"{e.problem_id} is in more than one of {run}'s folders: join runs of disjoint rows")
+            rows[e.problem_id] = e
+    return rows
+
+
+def verdict_changes(runs: list[dict[str, Evaluation]]) -> dict[str, list[str]]:
+    """Rows present in every run whose status is not the same in all of them, with each run's status.
+
+    >>> from cudal1.candidates import Evaluation, Status
+    >>> a = {"p": Evaluation("p", "c", Status.OK, speedup=2.0), "q": Evaluation("q", "c", Status.INCORRECT)}
+    >>> b = {"p": Evaluation("p", "c", Status.REJECTED), "q": Evaluation("q", "c", Status.INCORRECT)}
+    >>> verdict_changes([a, b])
+    {'p': ['ok', 'rejected']}
+    """
+    common = set.intersection(*(set(r) for r in runs))
+    return {pid: [r[pid].status.value for r in runs] for pid in sorted(common)
+            if len({r[pid].status for r in runs}) > 1}
 
 
 def p95(values: list[float]) -> float:
@@ -332,9 +357,13 @@ def main() -> None:
     if len(args.runs) < 2:
         ap.error("give two runs or more of the same rows")
     runs = [load(r) for r in args.runs]
-    report = {"runs": [str(r) for r in args.runs], "bands": by_band(runs), "by_pace": by_pace(runs),
+    changes = verdict_changes(runs)
+    report = {"runs": [str(r) for r in args.runs], "verdict_changes": changes, "bands": by_band(runs), "by_pace": by_pace(runs),
               "by_levels": by_levels(runs), "noise_budget": noise_budget(runs),
               "by_call_pace": by_call_pace(runs), "pace_follow": pace_follow(runs[0]), "sittings": sittings(runs), "moved": moved(runs, args.moved)}
+    common = len(set.intersection(*(set(r) for r in runs)))
+    print(f"verdict changes over {len(runs)} runs: {len(changes)} of {common} rows in every run"
+          + "".join(f"; {pid} {' / '.join(st)}" for pid, st in changes.items()))
     for band in report["bands"]:
         lo, hi = band["reference_ms"]
         print(f"reference {lo:g}-{hi:g} ms: {band['rows']:3d} rows, median {band['median']:.2%}, p95 {band['p95']:.2%}")

@@ -5,8 +5,11 @@ nothing (cudal1/evaluator/pace.py). A real evaluation on the CPU, and the figure
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
-from cudal1.candidates import Candidate, Status
+import pytest
+
+from cudal1.candidates import Candidate, Evaluation, Status, save_evaluations
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.pace import (
@@ -130,3 +133,22 @@ def test_agreement_split_tells_rows_that_follow_the_host_from_device_bound_ones(
     assert report["follows_host"] == {"rows": 1, "median": 0.2, "p95": 0.2}
     assert report["device_bound"] == {"rows": 1, "median": 0.01, "p95": 0.01}
     assert report["one_level"]["rows"] == 1
+
+
+def test_agreement_split_joins_runs_of_disjoint_rows_and_counts_verdict_changes(tmp_path: Path) -> None:
+    from benchmarks.agreement_split import load, verdict_changes
+
+    def run(name: str, rows: dict[str, Status]) -> Path:
+        (tmp_path / name).mkdir()
+        save_evaluations([Evaluation(pid, "c", st, speedup=2.0 if st is Status.OK else None)
+                          for pid, st in rows.items()], tmp_path / name / "results.jsonl")
+        return tmp_path / name
+
+    # the release by halves: each half's runs joined read as one run of every row
+    a1, a2 = run("a1", {"p": Status.OK}), run("a2", {"q": Status.INCORRECT})
+    b1, b2 = run("b1", {"p": Status.REJECTED}), run("b2", {"q": Status.INCORRECT})
+    first, second = load(Path(f"{a1}+{a2}")), load(Path(f"{b1}+{b2}"))
+    assert set(first) == {"p", "q"} and verdict_changes([first, second]) == {"p": ["ok", "rejected"]}
+    # a row in two of the joined folders: which one counts would be a guess
+    with pytest.raises(SystemExit, match="more than one"):
+        load(Path(f"{a1}+{b1}"))
