@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.graph_levels import correlation, levels  # noqa: E402
+from benchmarks.release_bench import agreement, verdict  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 from cudal1.evaluator.pace import FAST_SLACK, decided_speedup  # noqa: E402
 
@@ -46,7 +47,8 @@ def load(run: Path) -> dict[str, Evaluation]:
     """A run's rows by problem id, from its results.jsonl; ``a+b`` joins the folders' rows (disjoint rows:
     a row in two of them is an error, since which one counts would be a guess)."""
     rows: dict[str, Evaluation] = {}
-    for part in str(run).split("+"):
+    # a folder whose own name holds "+" (a mirror's owner+name) is read whole
+    for part in [str(run)] if run.exists() else str(run).split("+"):
         for e in load_evaluations(Path(part) / "results.jsonl"):
             if e.problem_id in rows:
                 raise SystemExit(f"{e.problem_id} is in more than one of {run}'s folders: join runs of disjoint rows")
@@ -55,7 +57,8 @@ def load(run: Path) -> dict[str, Evaluation]:
 
 
 def verdict_changes(runs: list[dict[str, Evaluation]]) -> dict[str, list[str]]:
-    """Rows present in every run whose status is not the same in all of them, with each run's status.
+    """Rows whose verdict changed between any two runs, by release_bench's own rule (``agreement``'s flips:
+    a harness failure is no verdict), with each run's verdict.
 
     >>> from cudal1.candidates import Evaluation, Status
     >>> a = {"p": Evaluation("p", "c", Status.OK, speedup=2.0), "q": Evaluation("q", "c", Status.INCORRECT)}
@@ -63,9 +66,8 @@ def verdict_changes(runs: list[dict[str, Evaluation]]) -> dict[str, list[str]]:
     >>> verdict_changes([a, b])
     {'p': ['ok', 'rejected']}
     """
-    common = set.intersection(*(set(r) for r in runs))
-    return {pid: [r[pid].status.value for r in runs] for pid in sorted(common)
-            if len({r[pid].status for r in runs}) > 1}
+    changed = set().union(*(agreement(a, b)["flips"] for a, b in itertools.combinations(runs, 2)))
+    return {pid: [verdict(r[pid]) if pid in r else "absent" for r in runs] for pid in sorted(changed)}
 
 
 def p95(values: list[float]) -> float:

@@ -152,3 +152,5 @@ def test_agreement_split_joins_runs_of_disjoint_rows_and_counts_verdict_changes(
     # a row in two of the joined folders: which one counts would be a guess
     with pytest.raises(SystemExit, match="more than one"):
         load(Path(f"{a1}+{b1}"))
+    # a folder whose own name holds "+" (a mirror's owner+name) is one run
+    assert set(load(run("owner+name", {"r": Status.OK}))) == {"r"}
