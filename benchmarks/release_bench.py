@@ -190,7 +190,10 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     where it came from in ``details.two_gpu`` (its own GPU, date, command and rows, and whether both runs
     started with an empty build cache or a warm one: a cold run's builds are CPU work that more GPUs do not
     share out). Several pairs (the i-th one-GPU run with the i-th two-GPU run) give the median of their
-    ratios, every pair listed: one pair's ratio moves by a few per cent between repeats on the same host."""
+    ratios, every pair listed: one pair's ratio moves by a few per cent between repeats on the same host, and
+    with the host's pace (``host_pace_two_over_one``: under 1 when the host ran faster in the two-GPU run)."""
+    from benchmarks.pool_phases import paired
+
     if len(ones) != len(twos) or not ones:
         raise SystemExit(f"{len(ones)} one-GPU runs against {len(twos)} two-GPU runs: give them in pairs")
     pairs, rows, gpu = [], None, ""
@@ -210,10 +213,15 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
         # The rows' own device time (row_s) summed over the devices: where a ratio under 2x comes from when
         # the devices are balanced (on the whole release, 8-10% more on two GPUs, #2026-11-27-two-gpu-release)
         work_one, work_two = rows_time(a), rows_time(b)
+        # The host's own pace on the timed core in the two-GPU run over the one-GPU run's (median over the rows
+        # ok in both; None for runs from before it was recorded): it moves between runs of one host by up to
+        # 15%, which the ratio follows (#2026-11-29-two-gpu-release), so it is recorded beside each pair.
+        pace = paired(b, a)["ratios"]["host_pace_ms"]
         pairs.append({"one_gpu": str(one), "two_gpu": str(two), "one_gpu_wall_s": one_run["wall_s"],
                       "two_gpu_wall_s": two_run["wall_s"], "speedup": round(rate(two) / rate(one), 3),
                       "one_gpu_rows_s": work_one, "two_gpu_rows_s": work_two,
-                      "rows_s_two_over_one": round(work_two / work_one, 3) if work_one else None})
+                      "rows_s_two_over_one": round(work_two / work_one, 3) if work_one else None,
+                      "host_pace_two_over_one": pace})
     figures["two_gpu_speedup"] = round(statistics.median(p["speedup"] for p in pairs), 3)
     middle = sorted(pairs, key=lambda p: p["speedup"])[(len(pairs) - 1) // 2]
     figures.setdefault("details", {})["two_gpu"] = {
@@ -221,6 +229,7 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
         "one_gpu_wall_s": middle["one_gpu_wall_s"], "two_gpu_wall_s": middle["two_gpu_wall_s"],
         # a single pair's rows' time too: whether two devices spend more on the same rows is half the answer
         "rows_s_two_over_one": middle["rows_s_two_over_one"],
+        "host_pace_two_over_one": middle["host_pace_two_over_one"],
         "build_cache": build_cache, **({"pairs": pairs} if len(pairs) > 1 else {})}
     return figures
 
