@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import p95, robust_sd  # noqa: E402
+from benchmarks.agreement_noise import p95, robust_sd  # noqa: E402
 from benchmarks.core_noise import load  # noqa: E402  a reference and its inputs
 from benchmarks.graph_levels import captured, pinned_rows  # noqa: E402  the forward as one CUDA graph; setup
 
