@@ -43,15 +43,29 @@ BANDS_MS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, float("inf"))
 
 
 def load(run: Path) -> dict[str, Evaluation]:
-    """A run's rows by problem id, from its results.jsonl; ``a+b`` joins the folders' rows (disjoint rows:
-    a row in two of them is an error, since which one counts would be a guess)."""
+    """A run's rows by problem id, from its results.jsonl (a row evaluated more than once in one folder: its
+    last evaluation, as before joins existed); ``a+b`` joins the folders' rows (disjoint rows: a row in two
+    of them is an error, since which one counts would be a guess).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> for name, lines in (("a", ['{"problem_id": "L1-1", "candidate_id": "x", "status": "ok", "speedup": 1.0}',
+    ...                            '{"problem_id": "L1-1", "candidate_id": "x", "status": "ok", "speedup": 2.0}']),
+    ...                     ("b", ['{"problem_id": "L1-1", "candidate_id": "x", "status": "ok", "speedup": 3.0}'])):
+    ...     _ = (root / name).mkdir(), (root / name / "results.jsonl").write_text("\\n".join(lines) + "\\n")
+    >>> load(root / "a")["L1-1"].speedup
+    2.0
+    >>> load(Path(f"{root / 'a'}+{root / 'b'}"))
+    Traceback (most recent call last):
+    SystemExit: L1-1 is in more than one of ...
+    """
     rows: dict[str, Evaluation] = {}
     # a folder whose own name holds "+" (a mirror's owner+name) is read whole
     for part in [str(run)] if run.exists() else str(run).split("+"):
-        for e in load_evaluations(Path(part) / "results.jsonl"):
-            if e.problem_id in rows:
-                raise SystemExit(f"{e.problem_id} is in more than one of {run}'s folders: join runs of disjoint rows")
-            rows[e.problem_id] = e
+        here = {e.problem_id: e for e in load_evaluations(Path(part) / "results.jsonl")}
+        if twice := sorted(here.keys() & rows.keys()):
+            raise SystemExit(f"{twice[0]} is in more than one of {run}'s folders: join runs of disjoint rows")
+        rows |= here
     return rows
 
 

@@ -23,12 +23,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import _extra, _summary, load, ok_pairs  # noqa: E402
+from benchmarks.agreement_noise import ok_pairs, row_extra  # noqa: E402
+from benchmarks.agreement_split import _summary, load  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
 
 def calls(row: Evaluation) -> int | None:
-    value = _extra(row, "iters_per_trial")
+    value = row_extra(row, "iters_per_trial")
     return value if isinstance(value, int) and value > 0 else None
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_split import load, ok_pairs, p95  # noqa: E402
+from benchmarks.agreement_noise import ok_pairs, p95  # noqa: E402
+from benchmarks.agreement_split import load  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
 Trials = list[tuple[float, float]]
