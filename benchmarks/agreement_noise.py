@@ -1,6 +1,6 @@
-"""The noise in runs of the same rows, split out of agreement_split.py (which prints it): each row ok in both
-runs of a pair, the noise budget (within an evaluation, against its interval, along a run's row order,
-against the host's pace) and what more than one sitting per row would buy. Runs anywhere, no GPU."""
+"""The noise in runs of the same rows, as benchmarks/agreement_split.py prints it: the rows ok in both runs of
+each pair (``ok_pairs``), the noise budget (within an evaluation, against its interval, along a run's row
+order, against the host's pace) and what more than one sitting per row would buy. Runs anywhere, no GPU."""
 
 from __future__ import annotations
 
