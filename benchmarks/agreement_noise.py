@@ -33,6 +33,12 @@ def ok_pairs(runs: list[dict[str, Evaluation]]) -> Iterator[tuple[Evaluation, Ev
                 yield row, other, abs(other.speedup - row.speedup) / row.speedup  # type: ignore[operator]
 
 
+def gap_summary(groups: dict[str, list[float]]) -> dict[str, Any]:
+    """Rows, median and 95th percentile of each non-empty group of gaps."""
+    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(p95(g), 4)}
+            for k, g in groups.items() if g}
+
+
 def row_extra(row: Evaluation, key: str) -> Any:
     return row.extra.get(key) if isinstance(row.extra, dict) else None
 

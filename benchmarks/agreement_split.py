@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_noise import noise_budget, ok_pairs, p95, row_extra, sittings  # noqa: E402
+from benchmarks.agreement_noise import gap_summary, noise_budget, ok_pairs, p95, row_extra, sittings  # noqa: E402
 from benchmarks.graph_levels import correlation, levels  # noqa: E402
 from benchmarks.release_bench import agreement, verdict  # noqa: E402
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
@@ -83,12 +83,6 @@ def verdict_changes(runs: list[dict[str, Evaluation]]) -> dict[str, list[str]]:
     return {pid: [verdict(r[pid]) if pid in r else "absent" for r in runs] for pid in sorted(changed)}
 
 
-def _summary(groups: dict[str, list[float]]) -> dict[str, Any]:
-    """Rows, median and 95th percentile of each non-empty group of gaps."""
-    return {k: {"rows": len(g), "median": round(statistics.median(g), 4), "p95": round(p95(g), 4)}
-            for k, g in groups.items() if g}
-
-
 def by_band(runs: list[dict[str, Evaluation]]) -> list[dict[str, Any]]:
     """Pooled pairwise agreement per band of the reference's time (ms) in the first run of each pair."""
     bands: dict[tuple[float, float], list[float]] = {b: [] for b in zip(BANDS_MS, BANDS_MS[1:])}
@@ -116,7 +110,7 @@ def by_pace(runs: list[dict[str, Evaluation]], same: float = 1.15) -> dict[str, 
         paces = [row_extra(r, "host_pace_ms") for r in (row, other)]
         if all(paces):
             groups["same_pace" if max(paces) / min(paces) < same else "other_pace"].append(gap)
-    return _summary(groups)
+    return gap_summary(groups)
 
 
 PACED = 1.15  # a side's slow-over-fast level ratio (call_pace.level_ratio) from which its calls follow the host
@@ -162,7 +156,7 @@ def by_call_pace(runs: list[dict[str, Evaluation]]) -> dict[str, Any]:
         reasons.update(why for _, why in decided)
         groups["decided_every_call"].append(gap)
         groups["decided"].append(round(abs(decided[1][0] - decided[0][0]) / max(decided[0][0], 1e-9), 6))
-    return _summary(groups) | ({"decided_reasons": dict(reasons)} if reasons else {})
+    return gap_summary(groups) | ({"decided_reasons": dict(reasons)} if reasons else {})
 
 
 def _floor(run: dict[str, Evaluation]) -> float | None:
@@ -219,7 +213,7 @@ def by_levels(runs: list[dict[str, Evaluation]], gap: float = 0.15) -> dict[str,
         split = [any(levels([t[side] for t in ts], gap=gap)["split"] for ts in trials) for side in (0, 1)]
         key = "both" if all(split) else "reference" if split[0] else "candidate" if split[1] else "neither"
         groups[key].append(moved_by)
-    return _summary(groups)
+    return gap_summary(groups)
 
 
 def _spread(rows: list[Evaluation], key: str) -> float:

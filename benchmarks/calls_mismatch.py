@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_noise import ok_pairs, row_extra  # noqa: E402
-from benchmarks.agreement_split import _summary, load  # noqa: E402
+from benchmarks.agreement_noise import gap_summary, ok_pairs, row_extra  # noqa: E402
+from benchmarks.agreement_split import load  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def by_calls(groups: list[list[dict[str, Evaluation]]], apart: float = 4.0) -> d
             key = "apart" if max(a, b) >= apart * min(a, b) else "alike"
             gaps[key].append(((index, row.problem_id), gap))
     rows_apart = {row for row, _ in gaps["apart"]}
-    return _summary({"apart": [g for _, g in gaps["apart"]], "alike": [g for _, g in gaps["alike"]],
+    return gap_summary({"apart": [g for _, g in gaps["apart"]], "alike": [g for _, g in gaps["alike"]],
                      "same_rows_alike": [g for row, g in gaps["alike"] if row in rows_apart]})
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.agreement_noise import ok_pairs, p95  # noqa: E402
+from benchmarks.agreement_noise import ok_pairs, p95, row_extra  # noqa: E402
 from benchmarks.agreement_split import load  # noqa: E402
 from cudal1.candidates import Evaluation  # noqa: E402
 
@@ -65,7 +65,7 @@ def gaps(groups: list[list[Path]]) -> dict[str, list[float]]:
 
 def _trials(e: Evaluation) -> Trials:
     """An evaluation's (reference ms, candidate ms) trials; empty where it kept none."""
-    return [(float(r), float(c)) for r, c in e.extra.get("trial_ms") or []]
+    return [(float(r), float(c)) for r, c in row_extra(e, "trial_ms") or []]
 
 
 def main() -> None:
