@@ -43,6 +43,11 @@ timeout "${LIMIT_S:-540}" python3 benchmarks/release_eval.py --release "$RELEASE
 rc=$?
 e=$(date +%s.%N)
 pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that does not match this script's own command line
+# ...and what the workers started: a build worker's ninja and compilers run on after their worker dies, and
+# the next call's build of the same program would write the same folder beside them, which damaged ninja's
+# deps log of L1-88 and L1-97 (docs/gpu-runs.md#2026-11-29-one-host-release). Sandboxed processes carry
+# uids from 200000 up (cudal1/evaluator/process.py); nothing else on the GPU machine does.
+ps -eo pid=,uid= | awk '$2 >= 200000 {print $1}' | xargs -r kill -9 2>/dev/null
 after=$( [ -f "$RUN/results.jsonl" ] && grep -c . "$RUN/results.jsonl" || echo 0)
 python3 -c "import json,sys; print(json.dumps({'wall_s': round($e - $s, 1), 'evaluations_before': $before, 'evaluations_after': $after, 'stopped_by_limit': $rc == 124}))" \
   >> "$RUN/calls.jsonl"

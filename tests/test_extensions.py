@@ -129,6 +129,62 @@ def test_a_cached_build_done_again_says_why(monkeypatch: pytest.MonkeyPatch, tmp
     assert log.rebuilt[3].startswith("other: built in") and "no module was cached" in log.rebuilt[3], log.rebuilt
 
 
+
+def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two ninjas writing one build folder (a killed run's compile still going when the next run builds the
+    same program) leave the second's records after the first's. Real ninja then reads the log as cut short,
+    finds the object out of date and compiles it again at every load (L1-88 and L1-97, 55-72 s a load on an
+    H200). The load now removes the damaged log first: this build compiles once, the next loads nothing."""
+    import shutil
+    import subprocess
+
+    from cudal1.evaluator import ninja_logs
+
+    if shutil.which("ninja") is None:
+        pytest.skip("needs ninja")
+    folder = tmp_path / "ext" / "kernel"
+    folder.mkdir(parents=True)
+    (folder / "kernel.cu").write_text("// kernel")
+    # a compile that writes a depfile, so ninja keeps a deps log as it does for torch's builds
+    (folder / "build.ninja").write_text(
+        "rule compile\n  command = cp $in $out && echo \"$out: $in\" > $out.d\n  depfile = $out.d\n  deps = gcc\n"
+        "build kernel.so: compile kernel.cu\n")
+    builds: list[str] = []
+
+    def builder(name: str, **kwargs: object) -> str:  # torch's load_inline, in short: ninja in the folder
+        out = subprocess.run(["ninja", "-C", str(folder)], capture_output=True, text=True, check=True).stdout
+        builds.append(out)
+        return name
+
+    def dry_run() -> str:
+        done = subprocess.run(["ninja", "-C", str(folder), "-n"], capture_output=True, text=True)
+        return done.stdout + done.stderr
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("PATH", first_on_path(os.environ.get("PATH")) or "")
+    monkeypatch.setattr(cpp, "load_inline", builder)
+    log = install(str(tmp_path / "ext"))
+    cpp.load_inline("kernel")
+    deps = folder / ninja_logs.DEPS_LOG
+    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    # a second ninja that found the log empty compiled the object again, later, and appended its own
+    # records, numbered from 0 again: ninja drops them as damage, and the object is newer than its record
+    deps.write_bytes(deps.read_bytes() + deps.read_bytes()[16:])
+    later = (folder / "kernel.so").stat().st_mtime_ns + 10**9
+    os.utime(folder / "kernel.so", ns=(later, later))
+    assert "says it is record 0" in ninja_logs.damaged(folder)
+    assert "no work to do" not in dry_run()  # ninja itself would compile again
+    assert ninja_logs.damaged_builds(tmp_path / "ext") == [f"kernel: {ninja_logs.damaged(folder)}"]
+
+    cpp.load_inline("kernel")
+    assert len(log.healed) == 1 and log.healed[0].startswith("kernel: path record"), log.healed
+    assert "healed" in log.summary()
+    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    cpp.load_inline("kernel")
+    assert "no work to do" in builds[-1] and len(log.healed) == 1
+
+
 PID_NAMED = """
 import os, sys
 from cudal1.evaluator.extensions import install

@@ -40,3 +40,28 @@ def test_a_second_batch_skips_the_prebuild_of_the_same_program_for_the_same_prob
     shutil.rmtree(ext_root / candidate.sha256[:16])
     assert not prebuilt(scale, candidate, FAST, ext_root)
     assert _prebuild_s(scale, candidate, ext_root) > 0
+
+
+def _path_record(path: bytes, index: int) -> bytes:
+    padded = path + b"\0" * (-len(path) % 4)
+    return (len(padded) + 4).to_bytes(4, "little") + padded + (~index & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def test_a_build_whose_ninja_deps_log_is_damaged_is_not_taken_as_prebuilt(tmp_path: Path) -> None:
+    """Its timed load would compile again (55-72 s a load for L1-88 and L1-97 on an H200), so the prebuild
+    runs and mends it off the timed path, whatever the mark says."""
+    from cudal1.evaluator.builds import _mark_prebuilt
+
+    scale = fixture_problem("scale_shift")
+    candidate = Candidate(scale.problem_id, SOURCE, origin="test")
+    build = tmp_path / candidate.sha256[:16] / "cudal1_prebuilt_twice"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("rule compile\n  command = true\n")
+    records = _path_record(b"main.o", 0) + _path_record(b"main.cpp", 1)
+    deps = (16 | 1 << 31).to_bytes(4, "little") + bytes(12) + (1).to_bytes(4, "little")
+    (build / ".ninja_deps").write_bytes(b"# ninjadeps\n" + (4).to_bytes(4, "little") + records + deps)
+    _mark_prebuilt(scale, candidate, FAST, tmp_path)
+    assert prebuilt(scale, candidate, FAST, tmp_path)
+    with (build / ".ninja_deps").open("ab") as log:
+        log.write(records)  # a second ninja's records, numbered from 0 again
+    assert not prebuilt(scale, candidate, FAST, tmp_path)

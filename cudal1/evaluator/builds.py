@@ -26,6 +26,7 @@ from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
 from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
+from cudal1.evaluator.ninja_logs import damaged_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, repo_root
 from cudal1.evaluator.procfs import processes
 from cudal1.problems import Problem
@@ -230,6 +231,9 @@ def timed_prebuild(problem: Problem, candidate: Candidate, config: EvalConfig,
         return "", 0.0
     t0 = time.perf_counter()
     error = prebuild(problem, candidate, config, extensions_root)
+    if not error and damaged_builds(extensions_root / candidate.sha256[:16]):
+        # another ninja wrote the same folder meanwhile (a killed run's compile): mend it here, not in the load
+        error = prebuild(problem, candidate, config, extensions_root)
     if not error:
         _mark_prebuilt(problem, candidate, config, extensions_root)
     return error, round(time.perf_counter() - t0, 3)
@@ -251,10 +255,14 @@ def prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     """Whether an earlier batch's prebuild of ``candidate`` for ``problem`` succeeded into this cache, whose
     folder for it is still there. A warm run then starts no build worker for it: on two H100s the build
     workers of warm runs of 53 programs, every build cached, took 127-150 s of wall (pauses included)
-    importing and constructing them, beside the loads, and ran the first-call warm-ups on the GPUs again."""
+    importing and constructing them, beside the loads, and ran the first-call warm-ups on the GPUs again.
+    A folder holding a build whose ninja deps log is damaged is not prebuilt: its timed load would compile
+    again (ninja_logs.py), so the prebuild mends it off the timed path."""
     marker = _marker(candidate, extensions_root)
+    folder = extensions_root / candidate.sha256[:16]
     try:
-        return marker.read_text() == _prebuilt_key(problem, config) and any((extensions_root / candidate.sha256[:16]).iterdir())
+        return (marker.read_text() == _prebuilt_key(problem, config) and any(folder.iterdir())
+                and not damaged_builds(folder))
     except OSError:
         return False
 

@@ -274,6 +274,8 @@ def evaluate_candidate(
                  if reply.get(k) is not None}
         if (reply.get("builds") or {}).get("rebuilt"):  # a cached build done again, and ninja's reason
             ready["cache_rebuilt"] = reply["builds"]["rebuilt"]
+        if (reply.get("builds") or {}).get("healed"):  # a damaged ninja log removed before the build
+            ready["cache_healed"] = reply["builds"]["healed"]
         result = replace(result, extra=ready)
         build_error = (reply.get("builds") or {}).get("first_error")
         tuned_wait, tuned_for = 0.0, None

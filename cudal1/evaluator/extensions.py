@@ -21,6 +21,11 @@ Two jobs:
   lock file was there before it), and one whose folder held no module says that. The answer is the
   load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
 
+- **Mend a damaged build log.** A folder whose ninja dependency log two ninjas wrote at once makes every
+  later build compile again, for good (ninja_logs.py). Before a build call the log is read; a damaged one
+  is removed, so this build compiles once and writes it afresh (the load's ``builds.healed``, the
+  evaluation's ``cache_healed``).
+
 - **Name builds the same in every process.** Some programs name their extension after the process
   (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
   torch's cache, keyed by name, missed in every fresh worker and each load compiled again, 30-70 s on
@@ -30,7 +35,7 @@ Two jobs:
   which worker asks.
 
 The cache folder belongs to one candidate (its source hash), so a program can only poison its own
-entries. This module imports torch and the standard library only: the worker imports it.
+entries. This module imports torch, the standard library and ninja_logs only: the worker imports it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudal1.evaluator import ninja_logs
+
 FAILED = ".cudal1-failed-builds"
 SLOW_LOAD_S = 5.0  # a cached module loads in well under a second; a load this long is recorded
 _BUILD_PATH = re.compile(r"\S*/([^/\s]+\.(?:cpp|cu|cuh|h))\b")
@@ -59,12 +66,15 @@ class BuildLog:
     failed: list[str] = field(default_factory=list)  # builds that failed here (compiler errors)
     cached: list[str] = field(default_factory=list)  # builds answered from a failure remembered earlier
     rebuilt: list[str] = field(default_factory=list)  # cached builds done again (ninja's reason) or slow to load
+    healed: list[str] = field(default_factory=list)  # build folders whose damaged deps log was removed first
 
     def summary(self) -> dict[str, Any]:
         summary = {"calls": self.calls, "failed": len(self.failed), "cached_failures": len(self.cached),
                    "first_error": error_lines((self.failed + self.cached or [""])[0])}
         if self.rebuilt:
             summary["rebuilt"] = " | ".join(self.rebuilt)[:1200]
+        if self.healed:
+            summary["healed"] = " | ".join(self.healed)[:600]
         return summary
 
 
@@ -248,6 +258,8 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
             log.cached.append(message)
             raise RuntimeError(message)
         where = build_folder(args, kwargs)
+        if where is not None and (why := ninja_logs.heal(where)):
+            log.healed.append(f"{where.name}: {why}")
         cached = CachedBuild.before(where)
         try:
             started = time.perf_counter()
