@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, Status
+from cudal1.evaluator import reaping
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.checks import (
     Run,
@@ -235,6 +236,7 @@ def evaluate_candidate(
     or the CPU cores (loads done, builds paused). ``clock_skew`` (a confirmation's, recheck.confirm) gives
     the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py)."""
     started = time.perf_counter()
+    reaping.reap_on_term()  # called alone (evaluate-one): a SIGTERM takes its workers along; a no-op in a batch's threads
     base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
                       device_name=device_name(config.device), config_hash=config.hash,
                       problem_sha256=problem.sha256, candidate_sha256=candidate.sha256)

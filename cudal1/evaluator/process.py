@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudal1.evaluator import reaping
 from cudal1.evaluator.failfast import first_on_path
 from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
@@ -226,6 +227,7 @@ class WorkerProcess:
             child_sock.close()
         self._buffer = b""
         self._ready: bool = False
+        reaping.track(self)  # killed with what it started if the parent gets SIGTERM (reaping.reap_on_term)
 
     @property
     def pid(self) -> int:
@@ -363,6 +365,7 @@ class WorkerProcess:
             pass
 
     def close(self) -> None:
+        reaping.forget(self)
         if self.proc.poll() is None:
             try:
                 os.write(self._cmd_w, b'{"cmd": "exit"}\n')
