@@ -65,3 +65,29 @@ def test_a_build_whose_ninja_deps_log_is_damaged_is_not_taken_as_prebuilt(tmp_pa
     with (build / ".ninja_deps").open("ab") as log:
         log.write(records)  # a second ninja's records, numbered from 0 again
     assert not prebuilt(scale, candidate, FAST, tmp_path)
+
+
+def test_the_parent_reads_a_candidates_deps_log_without_following_a_link_or_waiting_on_a_pipe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build folder is the candidate's and the parent reads it as root: a log that is a link (to a file
+    of the parent's), a pipe (a read would block the parent for good) or larger than any real log is not
+    read as a log."""
+    import os
+
+    from cudal1.evaluator import ninja_logs
+
+    build = tmp_path / "ext" / "m"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("")
+    secret = tmp_path / "parents-own"
+    secret.write_bytes(b"not a ninja log")
+    (build / ".ninja_deps").symlink_to(secret)
+    assert ninja_logs.damaged(build) == "" and ninja_logs.heal(build) == "" and (build / ".ninja_deps").is_symlink()
+    (build / ".ninja_deps").unlink()
+    os.mkfifo(build / ".ninja_deps")
+    assert ninja_logs.damaged(build) == ""  # returns at once: nothing writes to that pipe
+    (build / ".ninja_deps").unlink()
+    (build / ".ninja_deps").write_bytes(b"# ninjadeps\n" + (4).to_bytes(4, "little") + bytes(64))
+    monkeypatch.setattr(ninja_logs, "MAX_LOG", 32)
+    assert ninja_logs.damaged_builds(tmp_path / "ext") == ["m: larger than 32 bytes"]
+    assert ninja_logs.heal(build) == "larger than 32 bytes" and not (build / ".ninja_deps").exists()

@@ -15,9 +15,12 @@ Standard library only: the worker and the parent both read it.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 DEPS_LOG = ".ninja_deps"
+MAX_LOG = 16 << 20  # an extension's log holds a few objects' headers: kilobytes
 _HEADER = b"# ninjadeps\n"
 _MAX_RECORD = (1 << 19) - 1  # ninja's kMaxRecordSize: a longer record is read as damage
 
@@ -69,13 +72,32 @@ def deps_log_damage(data: bytes) -> str:
     return ""
 
 
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """A regular file's bytes, at most ``limit``; None for anything else. The folder is a candidate's: the
+    parent reads it as root, so a link is not followed, and a pipe or a device (which would block or never
+    end) is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def damaged(folder: Path) -> str:
     """What is wrong with ``folder``'s deps log, '' when it is whole, absent or unreadable (ninja then
-    says so itself)."""
-    try:
-        data = (folder / DEPS_LOG).read_bytes()
-    except OSError:
+    says so itself). A log larger than ninja's own builds ever write (``MAX_LOG``) is damage too."""
+    data = _read_regular(folder / DEPS_LOG, MAX_LOG + 1)
+    if data is None:
         return ""
+    if len(data) > MAX_LOG:
+        return f"larger than {MAX_LOG} bytes"
     return deps_log_damage(data)
 
 
