@@ -236,7 +236,7 @@ def evaluate_candidate(
     or the CPU cores (loads done, builds paused). ``clock_skew`` (a confirmation's, recheck.confirm) gives
     the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py)."""
     started = time.perf_counter()
-    reaping.reap_on_term()  # called alone (evaluate-one): a SIGTERM takes its workers along; a no-op in a batch's threads
+    reaping.reap_on_term()  # a caller's main thread (the benchmarks call this alone): SIGTERM takes the workers along
     base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
                       device_name=device_name(config.device), config_hash=config.hash,
                       problem_sha256=problem.sha256, candidate_sha256=candidate.sha256)
@@ -274,12 +274,11 @@ def evaluate_candidate(
         # Kept whatever the verdict: where the first call's cost and torch.compile's start went
         ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s", "import_s", "prep_s")
                  if reply.get(k) is not None}
-        if (reply.get("builds") or {}).get("rebuilt"):  # a cached build done again, and ninja's reason
-            ready["cache_rebuilt"] = reply["builds"]["rebuilt"]
-        if (reply.get("builds") or {}).get("healed"):  # a damaged ninja log removed before the build
-            ready["cache_healed"] = reply["builds"]["healed"]
+        # a cached build done again (ninja's reason), a damaged ninja log removed before a build (extensions.py)
+        builds = reply.get("builds") or {}
+        ready |= {f"cache_{key}": builds[key] for key in ("rebuilt", "healed") if builds.get(key)}
         result = replace(result, extra=ready)
-        build_error = (reply.get("builds") or {}).get("first_error")
+        build_error = builds.get("first_error")
         tuned_wait, tuned_for = 0.0, None
         if config.tune_alone and quiet is not None and not run.warmed and tunes_itself(static_flags):
             tuned_wait, tuned_s, tuned_for = _first_call_alone(run, quiet)

@@ -1,6 +1,6 @@
 """Hooks around torch's extension builder, installed in a candidate's worker before its code runs.
 
-Two jobs:
+Its jobs:
 
 - **Count builds**, so the batch knows whether importing and constructing a program built its extension
   or whether the build waits for the first ``forward`` (CUDA-L1's programs do both); the second kind is

@@ -46,16 +46,14 @@ def live() -> list[Killable]:
         return list(_LIVE)
 
 
-def kill_live() -> int:
-    """Kill every live worker (its process group and anything under its uid); returns how many."""
-    workers = live()
-    for worker in workers:
+def kill_live() -> None:
+    """Kill every live worker (its process group and anything under its uid)."""
+    for worker in live():
         try:
             worker.kill()
         except Exception:  # noqa: BLE001  one that cannot be killed must not keep the others alive
             pass
         forget(worker)
-    return len(workers)
 
 
 def reap_on_term() -> bool:
