@@ -12,6 +12,7 @@ from ext_helpers import FAST, fallback_program, fixture_problem
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.builds import prebuilt
+from cudal1.evaluator.workers import extensions_folder
 from cudal1.problems import Problem
 
 # Its build fails at once and it falls back to PyTorch: a build that leaves its mark in the cache quickly.
@@ -37,7 +38,7 @@ def test_a_second_batch_skips_the_prebuild_of_the_same_program_for_the_same_prob
     # The same source for another problem: its warm-up would run other shapes, so it is prebuilt
     assert not prebuilt(relu, Candidate(relu.problem_id, SOURCE), FAST, ext_root)
     # The program's folder gone from the cache: the mark alone is not trusted
-    shutil.rmtree(ext_root / candidate.sha256[:16])
+    shutil.rmtree(extensions_folder(ext_root, candidate))
     assert not prebuilt(scale, candidate, FAST, ext_root)
     assert _prebuild_s(scale, candidate, ext_root) > 0
 
@@ -54,7 +55,7 @@ def test_a_build_whose_ninja_deps_log_is_damaged_is_not_taken_as_prebuilt(tmp_pa
 
     scale = fixture_problem("scale_shift")
     candidate = Candidate(scale.problem_id, SOURCE, origin="test")
-    build = tmp_path / candidate.sha256[:16] / "cudal1_prebuilt_twice"
+    build = extensions_folder(tmp_path, candidate) / "cudal1_prebuilt_twice"
     build.mkdir(parents=True)
     (build / "build.ninja").write_text("rule compile\n  command = true\n")
     records = _path_record(b"main.o", 0) + _path_record(b"main.cpp", 1)

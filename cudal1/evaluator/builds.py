@@ -29,6 +29,7 @@ from cudal1.evaluator.extensions import mentions_builds
 from cudal1.evaluator.ninja_logs import damaged_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, repo_root
 from cudal1.evaluator.procfs import processes
+from cudal1.evaluator.workers import extensions_folder
 from cudal1.problems import Problem
 
 
@@ -187,7 +188,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     that calls ``torch.compile`` (the compile baselines) is one of those: its step 2 fills the inductor
     and Triton caches of its source's folder, which the timed worker and its re-checks read."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
-    ext_dir = extensions_root / candidate.sha256[:16]
+    ext_dir = extensions_folder(extensions_root, candidate)
     # Step 1 puts nothing on the GPU another candidate is being timed on. The GPUs stay visible, because
     # CUDA-L1's programs compile only when torch.cuda.is_available() (measured: hiding them left 15-30 s
     # builds on the timed path). TORCH_CUDA_ARCH_LIST is fixed by evaluate_many so every worker compiles
@@ -231,7 +232,7 @@ def timed_prebuild(problem: Problem, candidate: Candidate, config: EvalConfig,
         return "", 0.0
     t0 = time.perf_counter()
     error = prebuild(problem, candidate, config, extensions_root)
-    if not error and damaged_builds(extensions_root / candidate.sha256[:16]):
+    if not error and damaged_builds(extensions_folder(extensions_root, candidate)):
         # another ninja wrote the same folder meanwhile (a killed run's compile): mend it here, not in the load
         error = prebuild(problem, candidate, config, extensions_root)
     if not error:
@@ -259,7 +260,7 @@ def prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     A folder holding a build whose ninja deps log is damaged is not prebuilt: its timed load would compile
     again (ninja_logs.py), so the prebuild mends it off the timed path."""
     marker = _marker(candidate, extensions_root)
-    folder = extensions_root / candidate.sha256[:16]
+    folder = extensions_folder(extensions_root, candidate)
     try:
         return (marker.read_text() == _prebuilt_key(problem, config) and any(folder.iterdir())
                 and not damaged_builds(folder))

@@ -37,6 +37,12 @@ def default_extensions_root() -> Path:
     return root / torch.__version__
 
 
+def extensions_folder(extensions_root: Path, candidate: Candidate) -> Path:
+    """A candidate's own folder of builds under ``extensions_root``, named by its source hash: its workers
+    (timed, prebuild, re-check) share it, and a program can only poison its own entries."""
+    return extensions_root / candidate.sha256[:16]
+
+
 def _draws_root(config: EvalConfig) -> Path | None:
     """Where the draw kernels are compiled (EvalConfig.device_draws): beside the extension builds, on CUDA."""
     return default_extensions_root().parent if config.is_cuda and config.device_draws else None
@@ -338,7 +344,7 @@ def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: Eva
     (work / "candidate.py").write_text(candidate.source)
     (work / "reference.py").write_text(problem.source)
     ext_root = extensions_root or default_extensions_root()
-    return WorkerProcess(worker_spec(config, problem, extensions_dir=ext_root / candidate.sha256[:16],
+    return WorkerProcess(worker_spec(config, problem, extensions_dir=extensions_folder(ext_root, candidate),
                                      warm_compile=warm_compile), work, "candidate")
 
 
