@@ -64,6 +64,12 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--out", default="/tmp/cudal1-learning-gpu")
     args = parser.parse_args()
+    # TRL's trainers refuse a process that sees several GPUs (they would wrap the model in DataParallel): on
+    # a two-GPU host this run stopped at SFT (docs/gpu-runs.md#2026-11-29-two-gpu-healed). Only the asked
+    # device is made visible, before torch starts CUDA; it is then cuda:0 to this process and its workers.
+    if args.device.startswith("cuda:") and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.device.split(":", 1)[1]
+        args.device = "cuda:0"
 
     import torch
 

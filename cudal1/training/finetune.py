@@ -4,6 +4,7 @@ half of each self-supervised round use it."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,25 @@ def on_cpu() -> bool:
 
 def device_kwargs() -> dict[str, Any]:
     """TrainingArguments for this machine: on CPU, ``use_cpu`` and no bf16 (TRL defaults bf16 to True,
-    which fails without a GPU)."""
-    return {"use_cpu": True, "bf16": False} if on_cpu() else {}
+    which fails without a GPU). On GPUs, one per process (:func:`one_gpu_per_process`)."""
+    if on_cpu():
+        return {"use_cpu": True, "bf16": False}
+    one_gpu_per_process()
+    return {}
+
+
+def one_gpu_per_process() -> None:
+    """Refuse, naming the two ways out, a process that sees several GPUs and was not started by a launcher:
+    TRL's trainers would wrap the model in DataParallel and stop with their own error, deep in the stage
+    (benchmarks/learning_gpu.py did on a two-GPU host, docs/gpu-runs.md#2026-11-29-two-gpu-healed)."""
+    import torch
+
+    visible = torch.cuda.device_count()
+    if visible > 1 and "WORLD_SIZE" not in os.environ:  # accelerate launch and torchrun set WORLD_SIZE
+        raise RuntimeError(
+            f"{visible} GPUs are visible to this training process, and TRL trains on one GPU per process. "
+            "Make one visible (CUDA_VISIBLE_DEVICES=0), or train on all of them with "
+            "`accelerate launch -m cudal1.training.launch sft` (or `rl`; docs/learning.md, \"Scaling past one GPU\").")
 
 
 POINTER = "policy.json"  # a policy stage that names a hub id or an outside folder writes only this

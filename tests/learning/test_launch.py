@@ -37,3 +37,25 @@ def test_sft_under_accelerate_launch(tiny_project, problems):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "last_loss" in done.stdout
     assert (tiny_project / "models/sft/model.safetensors").exists()
+
+
+def test_one_process_that_sees_several_gpus_is_refused_with_the_ways_out(monkeypatch):
+    """TRL's trainers stop deep in a stage when one process sees several GPUs (learning_gpu.py did on a
+    two-GPU H200 host); the stage says so first and names the two ways out. This machine has no GPU, so
+    torch's own answers are replaced: only the rule is under test here."""
+    import torch
+
+    from cudal1.training import finetune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(RuntimeError, match=r"2 GPUs are visible.*CUDA_VISIBLE_DEVICES=0.*accelerate launch -m cudal1.training.launch"):
+        finetune.device_kwargs()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # started by accelerate launch or torchrun: one GPU each
+    assert finetune.device_kwargs() == {}
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert finetune.device_kwargs() == {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert finetune.device_kwargs() == {"use_cpu": True, "bf16": False}
