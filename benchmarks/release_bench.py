@@ -234,12 +234,39 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     return figures
 
 
+def update_rl(figures: dict[str, Any], learning: Path, command: str, date: str) -> dict[str, Any]:
+    """``figures`` with rl_eval_share from the last JSON line of benchmarks/learning_gpu.py (evaluation's
+    share of one contrastive-RL epoch), where it came from in ``details.rl`` (its own GPU, date and command:
+    it is measured apart from the release runs, often on another machine).
+
+    >>> import tempfile
+    >>> line = {"device": "NVIDIA H200", "rl_epoch": {"evaluation_s": 1.8, "total_s": 12.0, "evaluated": 18.0}}
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "learning.json").write_text(json.dumps(line))
+    ...     figures = update_rl({"details": {"kept_from": {"rl_eval_share": "2026-11-25"}}},
+    ...                         Path(d) / "learning.json", "cmd", "2026-11-29")
+    96
+    >>> figures["rl_eval_share"], figures["details"]["rl"]["evaluated"], figures["details"]["kept_from"]
+    (0.15, 18, {})
+    """
+    report = json.loads(learning.read_text().strip().splitlines()[-1])
+    epoch = report["rl_epoch"]
+    figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+    details = figures.setdefault("details", {})
+    details.get("kept_from", {}).pop("rl_eval_share", None)  # measured now, not kept from an earlier JSON
+    details["rl"] = {"gpu": report.get("device", ""), "date": date, "command": command,
+                     "evaluation_s": round(epoch["evaluation_s"], 3), "total_s": round(epoch["total_s"], 3),
+                     "evaluated": int(epoch.get("evaluated", 0))}
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--release", type=Path, help="the release file (not needed with --update)")
     ap.add_argument("--cold", type=Path, help="release_eval.py output of the empty-cache run")
     ap.add_argument("--warm", type=Path, help="the same rows again, warm build cache")
-    ap.add_argument("--update", action="store_true", help="only two_gpu_speedup, into the existing --json")
+    ap.add_argument("--update", action="store_true",
+                    help="only two_gpu_speedup (--one-gpu, --two-gpu) and/or rl_eval_share (--rl), into the existing --json")
     ap.add_argument("--one-gpu", type=Path, action="append", default=[],
                     help="a run on one GPU of the two-GPU machine (repeat, with --two-gpu, for repeated pairs)")
     ap.add_argument("--two-gpu", type=Path, action="append", default=[],
@@ -259,12 +286,15 @@ def main() -> None:
     ap.add_argument("--table", type=Path)
     args = ap.parse_args()
     if args.update:
-        if not (args.one_gpu and args.two_gpu and args.json.exists()):
-            ap.error("--update needs --one-gpu, --two-gpu and an existing --json")
-        figures = update_two_gpu(json.loads(args.json.read_text()), args.one_gpu, args.two_gpu, args.command, args.date,
-                                 args.build_cache)
+        if not ((args.one_gpu and args.two_gpu) or args.rl) or not args.json.exists():
+            ap.error("--update needs an existing --json, and --one-gpu with --two-gpu, or --rl, or both")
+        figures = json.loads(args.json.read_text())
+        if args.one_gpu or args.two_gpu:
+            update_two_gpu(figures, args.one_gpu, args.two_gpu, args.command, args.date, args.build_cache)
+        if args.rl:
+            update_rl(figures, args.rl, args.command, args.date)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
-        print(json.dumps(figures["details"]["two_gpu"]))
+        print(json.dumps({k: figures["details"][k] for k in ("two_gpu", "rl") if k in figures["details"]}))
         return
     if not (args.release and args.cold and args.warm and args.table):
         ap.error("--release, --cold, --warm and --table are needed (or --update)")
