@@ -12,10 +12,11 @@ anywhere with the standard library and this package (the CPU machine, after the 
         --json docs/benchmarks/release-h100.json --table docs/benchmarks/release-h100-rows.csv
 
 A two-GPU measurement made apart from the cold and warm runs (one GPU against both of a two-GPU
-machine, the same rows) goes into an existing JSON with ``--update``, the rest of it kept:
+machine, the same rows), and an RL epoch's share, go into an existing JSON with ``--update``, the rest
+of it kept, each with its own date and command (``details.two_gpu``, ``details.rl``):
 
     python benchmarks/release_bench.py --update --one-gpu RUN/one --two-gpu RUN/two \
-        [--one-gpu RUN/one-again --two-gpu RUN/two-again ...] \
+        [--one-gpu RUN/one-again --two-gpu RUN/two-again ...] [--rl RUN/learning.json] \
         --command "the command that made these runs" --json docs/benchmarks/release-h100.json
 
 Repeated pairs give the median of their ratios, each pair listed in ``details.two_gpu.pairs``.
@@ -234,6 +235,20 @@ def update_two_gpu(figures: dict[str, Any], ones: list[Path], twos: list[Path], 
     return figures
 
 
+def learning_report(learning: Path) -> dict[str, Any]:
+    """benchmarks/learning_gpu.py's report: the last line of its output (its log before it)."""
+    return json.loads(learning.read_text().strip().splitlines()[-1])
+
+
+def eval_share(epoch: dict[str, Any]) -> float:
+    """Evaluation's share of one contrastive-RL epoch (``rl_epoch`` of :func:`learning_report`).
+
+    >>> eval_share({"evaluation_s": 1.825, "total_s": 12.553})
+    0.145
+    """
+    return round(epoch["evaluation_s"] / epoch["total_s"], 3)
+
+
 def update_rl(figures: dict[str, Any], learning: Path, command: str, date: str) -> dict[str, Any]:
     """``figures`` with rl_eval_share from the last JSON line of benchmarks/learning_gpu.py (evaluation's
     share of one contrastive-RL epoch), where it came from in ``details.rl`` (its own GPU, date and command:
@@ -249,9 +264,9 @@ def update_rl(figures: dict[str, Any], learning: Path, command: str, date: str) 
     >>> figures["rl_eval_share"], figures["details"]["rl"]["evaluated"], figures["details"]["kept_from"]
     (0.15, 18, {})
     """
-    report = json.loads(learning.read_text().strip().splitlines()[-1])
+    report = learning_report(learning)
     epoch = report["rl_epoch"]
-    figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+    figures["rl_eval_share"] = eval_share(epoch)
     details = figures.setdefault("details", {})
     details.get("kept_from", {}).pop("rl_eval_share", None)  # measured now, not kept from an earlier JSON
     details["rl"] = {"gpu": report.get("device", ""), "date": date, "command": command,
@@ -337,8 +352,7 @@ def main() -> None:
     if args.evaluate_one:
         figures["evaluate_one_wall_s"] = json.loads(args.evaluate_one.read_text())["wall_s"]
     if args.rl:
-        epoch = json.loads(args.rl.read_text().strip().splitlines()[-1])["rl_epoch"]
-        figures["rl_eval_share"] = round(epoch["evaluation_s"] / epoch["total_s"], 3)
+        figures["rl_eval_share"] = eval_share(learning_report(args.rl)["rl_epoch"])
     if args.one_gpu and args.two_gpu:
         update_two_gpu(figures, args.one_gpu, args.two_gpu, args.command, args.date, args.build_cache)
     if args.keep_from:
