@@ -158,16 +158,27 @@ def keep_earlier(figures: dict[str, Any], earlier: dict[str, Any]) -> None:
     ...                        "details": {"kept_from": {"evaluate_one_wall_s": "2026-11-24"}}})
     >>> figures["evaluate_one_wall_s"], figures["details"]["kept_from"]
     (7.54, {'evaluate_one_wall_s': '2026-11-24', 'rl_eval_share': '2026-11-25'})
+
+    A figure that an ``--update`` recorded with its own date and command (``details.two_gpu``,
+    ``details.rl``) is kept with that record, not dated by the earlier JSON:
+
+    >>> figures = {"harness_overhead_us_median": 69.0, "evaluate_one_wall_s": 6.0, "rl_eval_share": None,
+    ...            "two_gpu_speedup": None, "details": {}}
+    >>> keep_earlier(figures, {"date": "2026-11-29", "rl_eval_share": 0.145, "details": {"rl": {"date": "2026-11-28"}}})
+    >>> figures["rl_eval_share"], figures["details"]
+    (0.145, {'rl': {'date': '2026-11-28'}})
     """
-    kept = (earlier.get("details") or {}).get("kept_from") or {}
+    details = earlier.get("details") or {}
+    kept = details.get("kept_from") or {}
+    # with their own date and command (update_two_gpu, update_rl)
+    for key, record in (("two_gpu_speedup", "two_gpu"), ("rl_eval_share", "rl")):
+        if figures.get(key) is None and details.get(record) and earlier.get(key) is not None:
+            figures[key] = earlier[key]
+            figures["details"][record] = details[record]
     for key in ("harness_overhead_us_median", "evaluate_one_wall_s", "rl_eval_share"):
         if figures[key] is None and earlier.get(key) is not None:
             figures[key] = earlier[key]
             figures["details"].setdefault("kept_from", {})[key] = kept.get(key) or earlier.get("date")
-    two_gpu = (earlier.get("details") or {}).get("two_gpu")
-    if figures.get("two_gpu_speedup") is None and two_gpu:  # with its own date and command (update_two_gpu)
-        figures["two_gpu_speedup"] = earlier["two_gpu_speedup"]
-        figures["details"]["two_gpu"] = two_gpu
 
 
 def built_here(results: list[Evaluation]) -> list[str]:
