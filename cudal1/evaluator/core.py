@@ -228,13 +228,15 @@ def evaluate_candidate(
     loaded: Future[dict[str, Any]] | None = None,
     quiet: Callable[[], AbstractContextManager[Any]] | None = None,
     clock_skew: str | None = None,
+    agree_with: tuple[tuple[float, float, float], ...] = (),
 ) -> Evaluation:
     """Evaluate one candidate. Never raises for anything the candidate does; raises ``ReferenceError``
     only when the problem's own reference cannot run. A batch passes a ``prepared`` worker, the
     ``loaded`` reply of its load command when that already ran (see :func:`load_candidate`), and
     ``quiet``, a context the timing runs inside: entered once nothing else of the batch uses the device
     or the CPU cores (loads done, builds paused). ``clock_skew`` (a confirmation's, recheck.confirm) gives
-    the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py)."""
+    the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py). ``agree_with``
+    (a re-measurement's, recheck.recheck): the earlier measurements its trials may stop on agreeing with."""
     started = time.perf_counter()
     reaping.reap_on_term()  # a caller's main thread (the benchmarks call this alone): SIGTERM takes the workers along
     base = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
@@ -255,7 +257,7 @@ def evaluate_candidate(
     reference = reference or ReferenceSession(problem, config)
     worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
     root = worker.workdir.parent
-    run = Run(problem, candidate, config, reference, worker, set(static_flags))
+    run = Run(problem, candidate, config, reference, worker, set(static_flags), agree_with=agree_with)
     result = base
     build_error = ""
     try:

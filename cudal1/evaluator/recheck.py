@@ -38,7 +38,9 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     does not repeat does. When the first two disagree, a third measurement settles it (``recheck_measurements=2``
     decides at once); the slowest agreeing measurement is kept, so a lucky one never counts. Where no two
     of three agree, a program that was above ``recheck_above`` under every measurement is kept at its
-    slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected.
+    slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected. A
+    re-measurement's trials stop once its interval agrees with an earlier one's (``recheck_early``, flag
+    ``agreed_early``; each measurement's trials in ``recheck_trials``).
 
     It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
     device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
@@ -55,8 +57,10 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
         nonlocal ready
         prepared = {} if ready is None else {"prepared": ready.worker, "loaded": ready.loaded}
         ready = None  # one use: later measurements, and a retry, get a fresh worker
+        # its trials stop once it agrees with an earlier one (EvalConfig.recheck_early): that is all it asks
+        earlier = tuple(intervals) if config.recheck_early else ()
         return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
-                                  quiet=quiet_after([], device), **prepared)
+                                  quiet=quiet_after([], device), agree_with=earlier, **prepared)
 
     for _ in range(config.recheck_measurements - 1):
         second = _fresh(measure, session)
@@ -74,7 +78,8 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
             break
     speedups = [e.speedup for e in measured]
     record = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
-              "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used}
+              "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used,
+              "recheck_trials": [e.trials for e in measured]}
     # Fast under every measurement, though no two agree (L2-83 on an H100: 74.75x, 51.76x, 60.62x, all
     # apart): kept at the slowest, flagged. Rejected, a program punished for being fast; kept at the
     # slowest, no measurement counts that another did not beat (docs/gpu-runs.md#2026-11-27-twin-folders).

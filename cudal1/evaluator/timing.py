@@ -235,6 +235,21 @@ def interval_of(e: Evaluation) -> tuple[float, float, float]:
     return (s, e.speedup_low if e.speedup_low is not None else s, e.speedup_high if e.speedup_high is not None else s)
 
 
+def agrees_with_any(now: tuple[float, float, float], earlier: Sequence[tuple[float, float, float]],
+                    limit: float) -> bool:
+    """Whether a measurement in progress (speedup, low, high) agrees with one of ``earlier`` (the rule of
+    :func:`agreeing_pair`; pairs among ``earlier`` themselves are not asked).
+
+    >>> agrees_with_any((9.14, 8.8, 9.5), [(21.8, 21.0, 22.5), (8.19, 7.9, 8.5)], 0.05)
+    True
+    >>> agrees_with_any((0.98, 0.95, 1.01), [(21.8, 21.0, 22.5), (2.99, 2.9, 3.1)], 0.05)
+    False
+    >>> agrees_with_any((2.99, 2.9, 3.1), [], 0.05)
+    False
+    """
+    return any(agreeing_pair([before, now], limit) for before in earlier)
+
+
 def agreeing_pair(measured: list[tuple[float, float, float]], limit: float) -> bool:
     """Whether two measurements (speedup, low, high) agree: the faster one's interval starts no more than
     ``limit`` above the end of the slower one's. Without intervals this is CUDA-L1's rule (within

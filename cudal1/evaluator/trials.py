@@ -22,7 +22,14 @@ from cudal1.evaluator.contention import (
     sample,
 )
 from cudal1.evaluator.pace import call_probes, evaluation_pace, fast_figure
-from cudal1.evaluator.timing import Measurement, TrialPair, calls_per_trial, forged_timing, trace_row
+from cudal1.evaluator.timing import (
+    Measurement,
+    TrialPair,
+    agrees_with_any,
+    calls_per_trial,
+    forged_timing,
+    trace_row,
+)
 from cudal1.evaluator.workers import new_seed
 
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
@@ -212,8 +219,9 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
     set aside make up the number and the measurement is flagged "contended". Where the first trial's own
     calls set at least RECALIBRATE times the calls per trial that the calibration did, it is set aside
-    too and the trials are timed at that count (flag "recalibrated"). Returns the pairs measured from,
-    every pair timed, and the calls per trial."""
+    too and the trials are timed at that count (flag "recalibrated"). A re-measurement (``run.agree_with``,
+    EvalConfig.recheck_early) also stops once its interval agrees with an earlier measurement's (flag
+    "agreed_early"). Returns the pairs measured from, every pair timed, and the calls per trial."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
     checked = set(_rng.sample(range(cfg.timing_trials), min(cfg.spot_check_trials, cfg.timing_trials)))
@@ -235,7 +243,12 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
         total = len(clean) + len(contended)
         spent = total >= most or (total >= cfg.timing_trials and time.perf_counter() - started > cfg.max_timing_s)
         if len(clean) >= cfg.timing_trials:
-            if spent or Measurement.from_pairs(clean).half_width <= cfg.interval_target:
+            now = Measurement.from_pairs(clean)
+            if spent or now.half_width <= cfg.interval_target:
+                return clean, first + clean + contended, iters
+            if cfg.recheck_early and agrees_with_any((now.speedup, now.low, now.high), run.agree_with,
+                                                     cfg.recheck_limit):
+                run.flags.add("agreed_early")
                 return clean, first + clean + contended, iters
         elif spent:
             run.flags.update(("contended", "noisy"))
