@@ -40,7 +40,8 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     of three agree, a program that was above ``recheck_above`` under every measurement is kept at its
     slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected. A
     re-measurement's trials stop once its interval agrees with an earlier one's (``recheck_early``, flag
-    ``agreed_early``; each measurement's trials in ``recheck_trials``).
+    ``agreed_early``; each measurement's trials and whether it stopped so in ``recheck_trials`` and
+    ``recheck_agreed_early``).
 
     It runs on the first one's own device, whose loop waits for it (on another device it ran beside that
     device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
@@ -79,7 +80,8 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     speedups = [e.speedup for e in measured]
     record = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
               "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used,
-              "recheck_trials": [e.trials for e in measured]}
+              "recheck_trials": [e.trials for e in measured],
+              "recheck_agreed_early": ["agreed_early" in e.flags for e in measured]}
     # Fast under every measurement, though no two agree (L2-83 on an H100: 74.75x, 51.76x, 60.62x, all
     # apart): kept at the slowest, flagged. Rejected, a program punished for being fast; kept at the
     # slowest, no measurement counts that another did not beat (docs/gpu-runs.md#2026-11-27-twin-folders).
