@@ -109,14 +109,15 @@ def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     """diag(a) @ B by broadcasting, far above 3x, on the CPU with an interval target no run meets: the first
     measurement times to its ceiling (30 trials, those set aside for a contended core counted), the
     re-measurement of the same program agrees after its first three (its interval is their whole range, 25%
-    allowed beyond it). Under the suite's load two thirds of a measurement's trials were once set aside, which
-    a ceiling of 9 did not outlast."""
+    allowed beyond it). The ceiling is high so that trials set aside for a contended core under the suite's
+    load cannot end the first measurement at three."""
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=9, static_checks=False,
                         recheck_above=3.0, recheck_tolerance=0.25, ci_target=1e-4, max_timing_s=60.0)
     (result,) = evaluate_many([problem], [Candidate(problem.problem_id, FAST, origin="test:fast")], config)
     assert result.ok and "rechecked" in result.flags, result
-    first, second = result.extra["recheck_trials"]
+    # the first's own count can be 3 too under load: a wall-clock discrepancy reports a fresh set of 3 trials
+    # (flag wallclock_rechecked, trials.measure)
     assert result.extra["recheck_agreed_early"] == [False, True], result.extra
-    assert first > 3 and second == 3, result.extra
+    assert result.extra["recheck_trials"][1] == 3, result.extra
     assert result.speedup == min(result.extra["recheck_speedups"]), result
