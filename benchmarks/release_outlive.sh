@@ -22,6 +22,10 @@ case "${1:-}" in
     if [ -s "$RUN/calls.jsonl" ] || { [ -f "$RUN.pid" ] && kill -0 "$(cat "$RUN.pid")" 2>/dev/null; }; then
       echo "release_outlive.sh: $RUN is already running or done; a new run needs a new RUN" >&2; exit 2
     fi
+    if [ -s "$RUN/results.jsonl" ]; then  # its wall would leave out the part before: no call of it was recorded
+      echo "release_outlive.sh: $RUN holds rows of a run that stopped without its record; resume it with" \
+        "benchmarks/release_resume.sh (which records each call's wall), or start a new RUN" >&2; exit 2
+    fi
     mkdir -p "$RUN"
     # LIMIT_S bounds the run itself, not a call; release_resume.sh reads RUN, AGREE_WITH, EXTRA, COLD, RELEASE
     LIMIT_S=${LIMIT_S:-3000} setsid bash "$RESUME" > "$RUN.out" 2>&1 < /dev/null &

@@ -44,3 +44,13 @@ def test_a_run_started_in_its_own_session_is_waited_for(tmp_path: Path) -> None:
 def test_without_a_verb_it_says_how_to_call_it(tmp_path: Path) -> None:
     out = _call("", tmp_path / "run", tmp_path / "none.sh")
     assert out.returncode == 2 and "start|wait" in out.stderr
+
+
+def test_rows_of_a_run_that_stopped_unrecorded_are_not_started_over(tmp_path: Path) -> None:
+    """A run killed before its record (its machine given back) left rows and no calls.jsonl: a run started on
+    them would record only its own part as the whole run's wall."""
+    run = tmp_path / "rel" / "cold"
+    run.mkdir(parents=True)
+    (run / "results.jsonl").write_text('{"problem_id": "L1-1"}\n')
+    out = _call("start", run, tmp_path / "none.sh")
+    assert out.returncode == 2 and "release_resume.sh" in out.stderr and not (tmp_path / "rel" / "cold.pid").exists()
