@@ -107,10 +107,8 @@ class ModelNew(nn.Module):
 @pytest.mark.slow
 def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     """diag(a) @ B by broadcasting, far above 3x, on the CPU with an interval target no run meets: the first
-    measurement times to its ceiling (30 trials, those set aside for a contended core counted), the
-    re-measurement of the same program agrees after its first three (its interval is their whole range, 25%
-    allowed beyond it). The ceiling is high so that trials set aside for a contended core under the suite's
-    load cannot end the first measurement at three."""
+    measurement times to its ceiling (30 trials), the re-measurement of the same program agrees after its
+    first three (its interval is their whole range, 25% allowed beyond it) and says it stopped so."""
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=9, static_checks=False,
                         recheck_above=3.0, recheck_tolerance=0.25, ci_target=1e-4, max_timing_s=60.0)
