@@ -18,6 +18,7 @@ from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import prebuild
 from cudal1.evaluator.extensions import FAILED
 from cudal1.evaluator.failfast import first_on_path, real_ninja, shim_dir
+from cudal1.evaluator.workers import extensions_folder
 
 BUILD = """rule fail
   command = echo compiling $out; echo "$out: error: boom"; exit 1
@@ -116,7 +117,7 @@ class ModelNew(nn.Module):
 def test_a_worker_build_stops_at_its_first_failed_compile(ext_root: Path) -> None:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", TWO_SOURCES, origin="test")
     assert prebuild(problem, candidate, FAST, ext_root) == ""  # the program falls back to PyTorch
-    markers = list(ext_root.glob(f"{candidate.sha256[:16]}/{FAILED}/*"))
+    markers = list(extensions_folder(ext_root, candidate).glob(f"{FAILED}/*"))
     assert len(markers) == 1
     log = markers[0].read_text()
     assert "#error this source does not compile" in log

@@ -23,6 +23,7 @@ from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
 from cudal1.evaluator.extensions import FAILED
 from cudal1.evaluator.pch import HEADER, cpath, header_command, prepare, search_dir
 from cudal1.evaluator.procfs import processes
+from cudal1.evaluator.workers import extensions_folder
 
 pytestmark = pytest.mark.xdist_group("pch")  # one worker compiles the module's header
 
@@ -84,7 +85,7 @@ def test_a_gpu_batch_compiles_the_header_for_four_extension_builds_or_more() -> 
 def _remembered_compile(root: Path) -> str:
     problem, candidate = fixture_problem("scale_shift"), Candidate("ext-scale_shift", PROBE, origin="test")
     assert prebuild(problem, candidate, FAST, root) == ""  # the program falls back to PyTorch
-    markers = list(root.glob(f"{candidate.sha256[:16]}/{FAILED}/*"))
+    markers = list(extensions_folder(root, candidate).glob(f"{FAILED}/*"))
     assert len(markers) == 1
     return markers[0].read_text()
 
