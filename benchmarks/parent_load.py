@@ -31,8 +31,10 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,22 @@ from cudal1.reports import percentile
 
 PROBE_SLEEP_S = 0.005
 THREADS_EVERY = 200  # the probe's wake-ups between two readings of the threads' CPU (about a second)
+# The project's own frames, the ones a stack sample is told by (stacks=True)
+OWN = (os.sep + "cudal1" + os.sep, os.sep + "benchmarks" + os.sep)
+
+
+def stack_key(frame: Any, depth: int = 3) -> tuple[str, str]:
+    """Where a sampled thread is: its innermost frame (``file:function``), and the chain of its ``depth``
+    innermost frames of the project's own code, innermost last (``a > b > c``). A thread waiting for a
+    worker's reply is in ``process.py:_read_reply``; one reading /proc in ``procfs.py:process_info``."""
+    leaf = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
+    chain: list[str] = []
+    while frame is not None and len(chain) < depth:
+        name = frame.f_code.co_filename
+        if any(part in name for part in OWN):
+            chain.append(f"{os.path.basename(name)}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return leaf, " > ".join(reversed(chain))
 
 
 def cpu_jiffies() -> dict[int, tuple[int, int, int]]:
@@ -117,8 +135,14 @@ class ParentLoad:
     """Use as a context manager around the run; :meth:`summary` afterwards. ``watch``: cores whose own busy
     share and clock to report (the timed cores)."""
 
-    def __init__(self, sleep_s: float = PROBE_SLEEP_S, watch: Sequence[int] = ()) -> None:
+    def __init__(self, sleep_s: float = PROBE_SLEEP_S, watch: Sequence[int] = (), stacks: bool = False) -> None:
         self.sleep_s, self.watch = sleep_s, list(watch)
+        # stacks: at each wake-up, where each device loop's thread is (stack_key), counted: the split of the
+        # device loop's time between waiting for its workers and the parent's own work, by function
+        self.stacks = stacks
+        self.leaves: Counter[str] = Counter()
+        self.chains: Counter[str] = Counter()
+        self.procs: list[tuple[int, float]] = []  # (processes in /proc, ms to read them all as procfs does)
         self.host: list[tuple[dict[int, tuple[int, int, int]], dict[int, float]]] = []
         self.late_s: list[float] = []
         self._stop = threading.Event()
@@ -132,11 +156,26 @@ class ParentLoad:
             t0 = time.perf_counter()
             time.sleep(self.sleep_s)
             self.late_s.append(max(0.0, time.perf_counter() - t0 - self.sleep_s))
+            if self.stacks:
+                self._sample_stacks()
             if len(self.late_s) % THREADS_EVERY == 0:
                 self._read_threads()
 
+    def _sample_stacks(self) -> None:
+        loops = {t.ident for t in threading.enumerate() if t.name.startswith("cudal1-eval")}
+        for ident, frame in sys._current_frames().items():
+            if ident in loops:
+                leaf, chain = stack_key(frame)
+                self.leaves[leaf] += 1
+                self.chains[chain] += 1
+
     def _read_threads(self) -> None:
         self.host.append((cpu_jiffies(), cpu_mhz()))
+        if self.stacks:
+            from cudal1.evaluator.procfs import processes
+
+            t0 = time.perf_counter()
+            self.procs.append((len(processes()), (time.perf_counter() - t0) * 1e3))
         now = sample(os.getpid())
         if now is None:
             return
@@ -182,6 +221,15 @@ class ParentLoad:
                     "late_share": round(sum(self.late_s) / max(self.wall_s, 1e-9), 3), "wakeups": len(self.late_s),
                     "threads_cpu_s": self.threads_cpu_s()}
         host = host_summary(self.host, self.watch)
+        if self.stacks and self.leaves:
+            total = sum(self.leaves.values())
+            out["stacks"] = {"samples": total,
+                             "leaves": {k: round(v / total, 4) for k, v in self.leaves.most_common(30)},
+                             "chains": {k: round(v / total, 4) for k, v in self.chains.most_common(40)}}
+        if self.procs:
+            counts, ms = [p for p, _ in self.procs], [m for _, m in self.procs]
+            out["host_processes"] = {"median": statistics.median(counts), "max": max(counts),
+                                     "scan_ms_median": round(statistics.median(ms), 3), "scan_ms_max": round(max(ms), 3)}
         return out | ({"host": host} if host else {})
 
 

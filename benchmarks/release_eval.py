@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--rows", default="", help="comma-separated problem ids, e.g. L1-1,L2-5")
     ap.add_argument("--baselines", default="", help=f"comma-separated from {sorted(BASELINES)}")
     ap.add_argument("--tolerance", type=float, default=1e-2)
+    ap.add_argument("--stacks", action="store_true",
+                    help="sample each device loop's stack every 5 ms (summary's parent.stacks: where its time goes)")
     ap.add_argument("--trials", type=int, default=5, help="timing trials at least (more while the interval is wide)")
     ap.add_argument("--recheck-measurements", type=int, default=3,
                     help="2: CUDA-L1's rule (reject on the first >10%% disagreement; the release runs up to 2026-11-23-agreement in docs/gpu-runs.md used it); "
@@ -131,7 +133,7 @@ def main() -> None:
         history = load_evaluations(args.costs_from)
         earlier = {"history": history} if args.recheck_ahead else {"costs": expected_costs(history), "history": []}
     cores = timed_cores(devices)
-    with ParentLoad(watch=[c["core"] for c in cores.values()]) as parent:
+    with ParentLoad(watch=[c["core"] for c in cores.values()], stacks=args.stacks) as parent:
         evaluate_many(problems, candidates, config, devices=devices, results_path=results_path,
                       progress=progress, build_workers=args.build_workers or None, ahead=args.ahead, **earlier)
     wall = time.perf_counter() - started

@@ -74,3 +74,35 @@ def test_the_host_record_reads_a_busy_core_and_the_time_it_was_taken() -> None:
     assert 0.0 <= host["steal_share"] < 0.5
     assert host.get("mhz_median", 1.0) > 0  # /proc/cpuinfo's clock where it gives one
     assert 0 in load.cpu_jiffies() and all(busy <= total for busy, total, _ in load.cpu_jiffies().values())
+
+
+def _waits_in_a_named_function(stop: threading.Event) -> None:
+    while not stop.is_set():
+        time.sleep(0.001)
+
+
+def test_the_stack_sampler_finds_where_a_device_loop_spends_its_time() -> None:
+    """With ``stacks`` on, each wake-up reads where every device loop's thread is (its innermost frame, and
+    its chain of the project's own frames), and reads the host's processes as the stray check does."""
+    load = load_script("parent_load")
+    stop = threading.Event()
+    loop = threading.Thread(target=_waits_in_a_named_function, args=(stop,), name="cudal1-eval-cuda:0")
+    other = threading.Thread(target=_waits_in_a_named_function, args=(stop,), name="not-a-device-loop")
+    loop.start()
+    other.start()
+    try:
+        with load.ParentLoad(stacks=True) as sampled:
+            time.sleep(1.3)  # past THREADS_EVERY wake-ups: one reading of the host's processes
+    finally:
+        stop.set()
+        loop.join()
+        other.join()
+    stacks = sampled.summary()["stacks"]
+    assert stacks["samples"] > 50  # the device loop only: the other thread is not sampled
+    assert stacks["samples"] <= sampled.summary()["wakeups"]
+    assert stacks["leaves"]["test_parent_load.py:_waits_in_a_named_function"] > 0.9
+    procs = sampled.summary()["host_processes"]
+    assert procs["median"] >= 1 and procs["scan_ms_median"] > 0
+    with load.ParentLoad() as plain:
+        time.sleep(0.05)
+    assert "stacks" not in plain.summary()
