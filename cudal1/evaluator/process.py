@@ -24,7 +24,7 @@ from cudal1.evaluator.failfast import first_on_path
 from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
 from cudal1.evaluator.pch import cpath
-from cudal1.evaluator.procfs import process_info, processes
+from cudal1.evaluator.procfs import TABLE, process_info
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -225,6 +225,8 @@ class WorkerProcess:
         os.close(rep_w)
         if child_sock is not None:
             child_sock.close()
+        # Its age: no process older than it can be one it started (procfs.ProcessTable). 0 reads every process.
+        self.started_tick = info.start if (info := process_info(self.pid)) is not None else 0
         self._buffer = b""
         self._ready: bool = False
         reaping.track(self)  # killed with what it started if the parent gets SIGTERM (reaping.reap_on_term)
@@ -322,8 +324,9 @@ class WorkerProcess:
 
     def stray_processes(self) -> list[int]:
         """Processes the worker started: its session, its children, and (sandboxed) anything with its uid,
-        which also finds a double-forked child that left the session with setsid()."""
-        return [p.pid for p in processes() if p.pid != self.pid and p.state != "Z"
+        which also finds a double-forked child that left the session with setsid(). Of the host's processes,
+        those that may be its (procfs.ProcessTable: none older than it is)."""
+        return [p.pid for p in TABLE.candidates(self.started_tick, self.uid) if p.pid != self.pid and p.state != "Z"
                 and (p.session == self.pid or p.ppid == self.pid or (self.uid is not None and p.uid == self.uid))]
 
     def pause(self) -> None:
