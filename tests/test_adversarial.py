@@ -159,6 +159,8 @@ CASES: list[Case] = [
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_candidate_first=True, naive_races=True),
+    Case("hacks/detached_helper_hidden.py", "scale_shift", "#2", REJECTED, dynamic=REJECTED,
+         reason=("process(es) running", "calls vars()")),
     # --- crashes and broken programs -------------------------------------------------------------------
     Case("hacks/crash_segfault_hidden.py", "scale_shift", "-",
          frozenset({Status.RUNTIME_ERROR, Status.REJECTED}), dynamic=frozenset({Status.RUNTIME_ERROR})),
