@@ -83,6 +83,9 @@ GPU_CASES: list[GpuCase] = [
     # CPU over the drain is read with the warm-up's (the idle-CPU rule)
     GpuCase("hacks/gil_hold_on_command_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
             max_speedup=HONEST),
+    # a helper forked twice into a session of its own that burns the timed core while the worker is stopped:
+    # in neither its group nor its session, found by its uid (tests/test_process_table.py)
+    GpuCase("detached_helper_hidden", "gpu_relu", "#2", REJECTED, dynamic=REJECTED),
     GpuCase("legit_fused_kernel", "gpu_fused_chain", "-", OK, min_speedup=1.5),
     GpuCase("legit_rowscale", "gpu_diag_matmul", "-", OK, min_speedup=2.0),
     GpuCase("legit_side_stream_joined", "gpu_matmul", "-", OK, max_speedup=HONEST),
