@@ -19,6 +19,7 @@ from typing import Any
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
 from cudal1.evaluator import reaping
 from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
+from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
     ReferenceError,
@@ -177,10 +178,11 @@ def evaluate_many(
         threads = [threading.Thread(target=run_device, args=(d,), name=f"cudal1-eval-{d}", daemon=True)
                    for d in devices]
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            with CLOSER.active():  # workers close beside the device loops, and are all gone at the end (closing.py)
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
         finally:  # no build is left to use the header: the batch does not wait for it (prebuild_header)
             done_evaluating.set()
         if errors:
@@ -278,6 +280,7 @@ class _DeviceLoop:
             wait(waits)
             ahead.clear()
             self.release_ahead()
+            CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (closing.py)
             result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
+from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
@@ -217,6 +219,11 @@ def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]
     return waited, took, waited_for
 
 
+def _close_worker(worker: WorkerProcess, root: Path) -> None:
+    worker.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def evaluate_candidate(
     problem: Problem,
     candidate: Candidate,
@@ -316,8 +323,8 @@ def evaluate_candidate(
         result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None,
                          speedup_low=None, speedup_high=None)
     finally:
-        worker.close()
-        shutil.rmtree(root, ignore_errors=True)
+        # beside the device loop within a batch (closing.CLOSER): the next timing on this device waits for it
+        CLOSER.close(worker.spec.device, partial(_close_worker, worker, root))
         if own_reference:
             reference.close()
     if build_error:  # the compiler's words: whether the program or the machine's toolchain is at fault

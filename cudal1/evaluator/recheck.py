@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
 from cudal1.evaluator.clock_skew import SKEWS
+from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import ReferenceSession, device_name, evaluate_candidate
 from cudal1.evaluator.process import WorkerProcess
@@ -103,9 +104,11 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
 def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Evaluation:
     """A measurement of the candidate in a fresh worker. Out of device memory, once more with the reference
     worker restarted: its cached memory (its model, inputs, graphs) sat beside the fresh candidate, and a
-    restart gives all of it back; it loads again on its next use."""
+    restart gives all of it back; it loads again on its next use. The workers still closing on the device
+    (closing.py) have given theirs back by then too."""
     result = measure()
     if out_of_memory(result):
+        CLOSER.wait()
         session.restart()
         result = measure()
     return result

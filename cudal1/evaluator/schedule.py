@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.builds import QUIET, timed_prebuild
+from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
 from cudal1.evaluator.process import WorkerProcess
@@ -173,9 +174,14 @@ class DeviceQueue:
 
 
 def discard_worker(worker: WorkerProcess) -> None:
-    """A worker started ahead that will not be used: stopped, its directory removed."""
-    worker.close()
-    shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+    """A worker started ahead that will not be used: stopped (beside the device loop within a batch,
+    closing.CLOSER), its directory removed."""
+
+    def close() -> None:
+        worker.close()
+        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+
+    CLOSER.close(worker.spec.device, close)
 
 
 class Ahead(Generic[W]):
@@ -283,9 +289,11 @@ def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractC
         for future in waits:
             if not future.done():
                 wait([future])
-                last = future
+                last = getattr(future, "cudal1_label", "a load ahead")
+        if CLOSER.wait(device):  # workers of this device still exiting (closing.py)
+            last = last or "workers closing"
         with QUIET(device):
-            yield None if last is None else getattr(last, "cudal1_label", "a load ahead")
+            yield last
 
     return quiet
 

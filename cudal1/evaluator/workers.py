@@ -22,6 +22,7 @@ import torch
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator import device_draws
+from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.transport import TransportError, receive
@@ -319,7 +320,8 @@ class ReferenceSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # a batch's problem ends: beside its device loop (closing.CLOSER), the next timing there waits for it
+        CLOSER.close(self.config.device, self.close)
 
 
 class ReferenceError(RuntimeError):
