@@ -20,7 +20,7 @@ def test_doctests(name: str) -> None:
         assert result.attempted > 0, f"{name} should carry doctests"
 
 
-@pytest.mark.parametrize("script", ["release_bench", "pool_phases", "stopping_rules", "estimators", "graph_levels", "agreement_split", "agreement_noise", "interleave", "hidden_siblings", "release_eval", "release_split", "parent_load", "host_pace_load", "core_pace"])
+@pytest.mark.parametrize("script", ["release_bench", "pool_phases", "stopping_rules", "estimators", "graph_levels", "agreement_split", "agreement_noise", "interleave", "hidden_siblings", "release_eval", "release_split", "parent_load", "host_pace_load", "core_pace", "stacks_table"])
 def test_benchmark_summary_doctests(script: str) -> None:
     """The summaries in benchmarks/ are scripts, not modules of the package: loaded by path."""
     module = load_script(script)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from scripts import load_script
@@ -106,3 +107,14 @@ def test_the_stack_sampler_finds_where_a_device_loop_spends_its_time() -> None:
     with load.ParentLoad() as plain:
         time.sleep(0.05)
     assert "stacks" not in plain.summary()
+
+
+def test_the_stacks_table_reads_the_committed_runs() -> None:
+    """benchmarks/stacks_table.py on the runs of docs/gpu-runs.md#2026-11-30-parent-stacks: closing workers and
+    the stray check's reads, a seventh of the device loop before, a few percent after."""
+    table = load_script("stacks_table")
+    runs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "parent-stacks-h200"
+    before, after = table.line(runs / "before" / "warm"), table.line(runs / "after" / "warm1")
+    assert before["closing"] == 0.0945 and before["stray_scan"] == 0.0516
+    assert after["closing"] < 0.005 and after["stray_scan"] < 0.015
+    assert before["processes"] == 198 and before["wall_less_rechecks_s"] == 69.2
