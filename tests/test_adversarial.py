@@ -24,6 +24,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig
+from cudal1.evaluator.process import sandbox_available
 from cudal1.problems import Problem
 
 try:
@@ -159,7 +160,10 @@ CASES: list[Case] = [
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_candidate_first=True, naive_races=True),
-    Case("hacks/detached_helper_hidden.py", "scale_shift", "#2", REJECTED, dynamic=REJECTED,
+    # found by the sandbox's uid only (docs/evaluator.md, "Limits we know of"): without root, the dynamic layer
+    # may measure it (ok, its trials set aside as contended)
+    Case("hacks/detached_helper_hidden.py", "scale_shift", "#2", REJECTED,
+         dynamic=REJECTED if sandbox_available() else frozenset({Status.OK, Status.REJECTED}),
          reason=("process(es) running", "calls vars()")),
     # --- crashes and broken programs -------------------------------------------------------------------
     Case("hacks/crash_segfault_hidden.py", "scale_shift", "-",

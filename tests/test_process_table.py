@@ -14,6 +14,7 @@ import pytest
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
+from cudal1.evaluator.process import sandbox_available
 from cudal1.evaluator.procfs import ProcessTable, process_info
 from cudal1.generation.templates import template_source
 from cudal1.problems import load_starter_suite
@@ -111,6 +112,7 @@ getattr(_os, "diptiaw"[::-1])(_first, 0)
 '''
 
 
+@pytest.mark.skipif(not sandbox_available(), reason="only the sandbox's uid finds such a process (not root here)")
 def test_a_program_that_leaves_a_detached_process_is_rejected_and_the_process_goes(tmp_path) -> None:
     problem = load_starter_suite()[0]
     source = template_source(problem, "baseline") + DETACHED
