@@ -77,7 +77,9 @@ def test_an_exited_process_whose_pid_is_listed_again_is_read_afresh() -> None:
         table.candidates(0, None)
         assert zombie.pid in table.held
         zombie.kill()
-        time.sleep(0.2)  # exited, not reaped: still listed in /proc, as a zombie
+        deadline = time.monotonic() + 10
+        while (info := process_info(zombie.pid)) is not None and info.state != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)  # exited, not reaped: still listed in /proc, as a zombie
         seen = {p.pid: p for p in table.candidates(_tick(zombie) + 10_000, None)}
         assert zombie.pid not in table.held  # not held again: an exited process's pidfd reads ready at once
         assert seen[zombie.pid].state == "Z"  # read afresh, though older than that worker
