@@ -108,7 +108,8 @@ class ModelNew(nn.Module):
 def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     """diag(a) @ B by broadcasting, far above 3x, on the CPU with an interval target no run meets: the first
     measurement times to its ceiling (30 trials), the re-measurement of the same program agrees after its
-    first three (its interval is their whole range, 25% allowed beyond it) and says it stopped so."""
+    first three (its interval is their whole range, 25% allowed beyond it), or a few more under load, and says
+    it stopped so."""
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=9, static_checks=False,
                         recheck_above=3.0, recheck_tolerance=0.25, ci_target=1e-4, max_timing_s=60.0)
@@ -117,5 +118,8 @@ def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     # the first's own count can be 3 too under load: a wall-clock discrepancy reports a fresh set of 3 trials
     # (flag wallclock_rechecked, trials.measure)
     assert result.extra["recheck_agreed_early"] == [False, True], result.extra
-    assert result.extra["recheck_trials"][1] == 3, result.extra
+    # three trials alone (the usual count); on a loaded CI machine the first three's range can sit off the first
+    # measurement's, and it agrees a few trials later (6 once, with the suite's other workers on both cores):
+    # never the ceiling of 30 that a re-measurement without recheck_early times to
+    assert 3 <= result.extra["recheck_trials"][1] < config.timing_trials * (config.remeasure + 1), result.extra
     assert result.speedup == min(result.extra["recheck_speedups"]), result
