@@ -41,6 +41,7 @@ from typing import Any
 
 from cudal1.evaluator.contention import sample
 from cudal1.evaluator.cores import timed_core
+from cudal1.evaluator.procfs import processes
 from cudal1.reports import percentile
 
 PROBE_SLEEP_S = 0.005
@@ -172,8 +173,6 @@ class ParentLoad:
     def _read_threads(self) -> None:
         self.host.append((cpu_jiffies(), cpu_mhz()))
         if self.stacks:
-            from cudal1.evaluator.procfs import processes
-
             t0 = time.perf_counter()
             self.procs.append((len(processes()), (time.perf_counter() - t0) * 1e3))
         now = sample(os.getpid())

@@ -7,15 +7,20 @@ H200 (docs/gpu-runs.md#2026-11-30-parent-stacks). Within a batch (:meth:`Closer.
 core and gives back memory on its GPU, so it must be over before anything is timed there. Outside a batch
 (``evaluate-one``, the benchmarks) a close is made where it is asked for, as before.
 
-Standard library only."""
+Standard library only (a worker is only named, for its type)."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cudal1.evaluator.process import WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +85,14 @@ class Closer:
 
 
 CLOSER = Closer()
+
+
+def close_worker(worker: WorkerProcess) -> None:
+    """A worker stopped and its directory removed (an evaluation's, or one started ahead that will not be
+    used): beside the device loop within a batch (:data:`CLOSER`), at once outside one."""
+
+    def close() -> None:
+        worker.close()
+        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+
+    CLOSER.close(worker.spec.device, close)

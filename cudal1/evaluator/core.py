@@ -14,7 +14,6 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
-from cudal1.evaluator.closing import CLOSER
+from cudal1.evaluator.closing import close_worker
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
@@ -219,11 +218,6 @@ def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]
     return waited, took, waited_for
 
 
-def _close_worker(worker: WorkerProcess, root: Path) -> None:
-    worker.close()
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def evaluate_candidate(
     problem: Problem,
     candidate: Candidate,
@@ -263,7 +257,6 @@ def evaluate_candidate(
     own_reference = reference is None
     reference = reference or ReferenceSession(problem, config)
     worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
-    root = worker.workdir.parent
     run = Run(problem, candidate, config, reference, worker, set(static_flags), agree_with=agree_with)
     result = base
     build_error = ""
@@ -324,7 +317,7 @@ def evaluate_candidate(
                          speedup_low=None, speedup_high=None)
     finally:
         # beside the device loop within a batch (closing.CLOSER): the next timing on this device waits for it
-        CLOSER.close(worker.spec.device, partial(_close_worker, worker, root))
+        close_worker(worker)
         if own_reference:
             reference.close()
     if build_error:  # the compiler's words: whether the program or the machine's toolchain is at fault

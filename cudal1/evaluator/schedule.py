@@ -7,7 +7,6 @@ evaluator (cudal1.evaluator.batch)."""
 from __future__ import annotations
 
 import logging
-import shutil
 import statistics
 import threading
 import time
@@ -20,10 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.builds import QUIET, timed_prebuild
-from cudal1.evaluator.closing import CLOSER
+from cudal1.evaluator.closing import CLOSER, close_worker
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
-from cudal1.evaluator.process import WorkerProcess
 from cudal1.evaluator.static import screen
 from cudal1.problems import Problem
 
@@ -173,15 +171,8 @@ class DeviceQueue:
         return out
 
 
-def discard_worker(worker: WorkerProcess) -> None:
-    """A worker started ahead that will not be used: stopped (beside the device loop within a batch,
-    closing.CLOSER), its directory removed."""
-
-    def close() -> None:
-        worker.close()
-        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
-
-    CLOSER.close(worker.spec.device, close)
+# A worker started ahead that will not be used goes as an evaluation's worker does
+discard_worker = close_worker
 
 
 class Ahead(Generic[W]):
