@@ -107,12 +107,17 @@ class ModelNew(nn.Module):
 @pytest.mark.slow
 def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     """diag(a) @ B by broadcasting, far above 3x, on the CPU with an interval target no run meets: the first
-    measurement times to its ceiling (30 trials), the re-measurement of the same program agrees after its
-    first three (its interval is their whole range, 25% allowed beyond it), or a few more under load, and says
-    it stopped so."""
+    measurement times to its ceiling (30 trials), the re-measurement of the same program agrees once it has
+    its first three clean trials, and says it stopped so.
+
+    The agreement allowance is wide (10x beyond the intervals): what is asked here is the plumbing (each
+    re-measurement is handed the earlier figures through real workers, stops on agreeing, records it), not
+    whether a loaded CPU repeats a figure. With 25% a fresh-clone CI run under the suite's own load once
+    read two measurements that agreed only at the end, never early ([False, False]); the rule's arithmetic
+    is tested with scripted trials above."""
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
     config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=9, static_checks=False,
-                        recheck_above=3.0, recheck_tolerance=0.25, ci_target=1e-4, max_timing_s=60.0)
+                        recheck_above=3.0, recheck_tolerance=10.0, ci_target=1e-4, max_timing_s=60.0)
     (result,) = evaluate_many([problem], [Candidate(problem.problem_id, FAST, origin="test:fast")], config)
     assert result.ok and "rechecked" in result.flags, result
     # the first's own count can be 3 too under load: a wall-clock discrepancy reports a fresh set of 3 trials
