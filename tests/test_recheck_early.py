@@ -107,24 +107,24 @@ class ModelNew(nn.Module):
 @pytest.mark.slow
 def test_end_to_end_the_re_measurement_stops_at_the_least_trials() -> None:
     """diag(a) @ B by broadcasting, far above 3x, on the CPU with an interval target no run meets: the first
-    measurement times to its ceiling (30 trials), the re-measurement of the same program agrees once it has
-    its first three clean trials, and says it stopped so.
+    measurement times to its ceiling, the re-measurement of the same program agrees once it has its first
+    three clean trials, and says it stopped so.
 
-    The agreement allowance is wide (10x beyond the intervals): what is asked here is the plumbing (each
-    re-measurement is handed the earlier figures through real workers, stops on agreeing, records it), not
-    whether a loaded CPU repeats a figure. With 25% a fresh-clone CI run under the suite's own load once
-    read two measurements that agreed only at the end, never early ([False, False]); the rule's arithmetic
-    is tested with scripted trials above."""
+    What is asked is the plumbing (each re-measurement is handed the earlier figures through real workers,
+    stops on agreeing, records it), not whether a loaded CPU repeats a figure: the agreement allowance is
+    wide (10x beyond the intervals), and the ceiling high (90 trials). Agreement is asked only of clean
+    trials, and on the 2-core CI machine, with the suite's other workers on both cores, most trials can be
+    contended (set aside): with a ceiling of 30 a fresh-clone CI run twice read a re-measurement that never
+    had three clean trials before it, [False, False]. The rule's arithmetic is tested on scripted trials
+    above."""
     problem = next(p for p in load_starter_suite() if p.name == "Diag_matmul")
-    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=9, static_checks=False,
+    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, remeasure=29, static_checks=False,
                         recheck_above=3.0, recheck_tolerance=10.0, ci_target=1e-4, max_timing_s=60.0)
     (result,) = evaluate_many([problem], [Candidate(problem.problem_id, FAST, origin="test:fast")], config)
-    assert result.ok and "rechecked" in result.flags, result
-    # the first's own count can be 3 too under load: a wall-clock discrepancy reports a fresh set of 3 trials
-    # (flag wallclock_rechecked, trials.measure)
-    assert result.extra["recheck_agreed_early"] == [False, True], result.extra
-    # three trials alone (the usual count); on a loaded CI machine the first three's range can sit off the first
-    # measurement's, and it agrees a few trials later (6 once, with the suite's other workers on both cores):
-    # never the ceiling of 30 that a re-measurement without recheck_early times to
-    assert 3 <= result.extra["recheck_trials"][1] < config.timing_trials * (config.remeasure + 1), result.extra
+    shown = {k: v for k, v in result.extra.items() if k.startswith("recheck") or k == "contended_trials"}
+    assert result.ok and "rechecked" in result.flags, (result.status, result.reason, result.flags, shown)
+    assert result.extra["recheck_agreed_early"] == [False, True], (result.flags, shown)
+    # three clean trials (a few more where some are contended): never the ceiling a re-measurement without
+    # recheck_early times to
+    assert 3 <= result.extra["recheck_trials"][1] < config.timing_trials * (config.remeasure + 1), shown
     assert result.speedup == min(result.extra["recheck_speedups"]), result

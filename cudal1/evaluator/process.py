@@ -26,6 +26,10 @@ from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_serv
 from cudal1.evaluator.pch import cpath
 from cudal1.evaluator.procfs import TABLE, process_info
 
+# How long the parent waits for a worker to fall asleep before reading its CPU (WorkerProcess.wait_asleep):
+# well above the 2.4 ms the longest honest wake-up took on the 2-core CPU machine
+SETTLE_S = 0.010
+
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
@@ -345,6 +349,22 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout_s
         while (info := process_info(self.pid)) is not None and info.state not in ("Z", "X"):
             if info.state in ("T", "t"):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.00005)
+        return False
+
+    def wait_asleep(self, timeout_s: float = SETTLE_S) -> bool:
+        """Wait until /proc shows the worker's main thread asleep (its wait for the next command). A worker
+        just continued after a stop (SIGCONT) runs its way back there for 0.3-2.4 ms of CPU; read over the
+        reference's warm-up that followed at once, that tail made an honest program look like one that left
+        a thread running (docs/evaluator.md, "An honest program rejected for its own wake-up"). Bounded: a
+        worker kept from its wait (a thread holding the GIL) is read as it is, and its CPU counts. False when
+        it did not fall asleep in time, is gone, or /proc is absent."""
+        deadline = time.monotonic() + timeout_s
+        while (info := process_info(self.pid)) is not None and info.state not in ("Z", "X"):
+            if info.state == "S":
                 return True
             if time.monotonic() > deadline:
                 return False

@@ -141,6 +141,9 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
     work a thread queued between its last sync and that stop the reference's worker waits out before its
     batch (idle_device.py)."""
     quiet = run.config.quiet_candidate
+    # From its wait for a command on: a worker continued after the last trial's stop may still be on its way
+    # back there, and that is the harness's CPU, not the program's (WorkerProcess.wait_asleep)
+    run.worker.wait_asleep()
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
     cand_after, t1 = sample(run.worker.pid), time.perf_counter()
