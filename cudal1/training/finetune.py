@@ -104,6 +104,50 @@ def make_step_callback(sink: MetricSink | None, prefix: str, step_offset: int = 
     return _Forward()
 
 
+def completion_logits(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
+    """The logits of the positions that predict a completion token, and those tokens (-100 where a row has
+    none there): the backbone runs over every position, the LM head only over the columns where some row
+    of the batch has a label. TRL's fused head scores every position off the GPU (``_use_triton``), prompt
+    tokens included, which are three quarters of a contrastive SFT example."""
+    labels = inputs["labels"][:, 1:]
+    columns = (labels != -100).any(0).nonzero().squeeze(1)
+    outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"), use_cache=False,
+                    logits_to_keep=columns)  # the logits at `columns` predict the tokens at `columns + 1`
+    return outputs.logits.float(), labels[:, columns]
+
+
+def completion_head_trainer() -> type:
+    """TRL's SFTTrainer with its loss computed by :func:`completion_logits`: the same mean negative
+    log-likelihood over completion tokens (the same losses step for step, tests/learning/test_sft_loss.py),
+    with entropy and token accuracy logged as TRL logs them. On the 2-core CPU it trained the default SFT
+    stage in 26% less time (docs/learning.md, "What the SFT step spends")."""
+    import torch
+    from trl import SFTTrainer
+
+    class CompletionHeadSFTTrainer(SFTTrainer):
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            logits, labels = completion_logits(model, inputs)
+            mask = labels != -100
+            count = mask.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                                                     ignore_index=-100, reduction="sum")
+            loss = loss / torch.as_tensor(count).clamp(min=1)
+            with torch.no_grad():
+                kept = logits[mask]
+                if len(kept):
+                    logp = torch.log_softmax(kept, -1)
+                    self._metrics["train"]["entropy"].append(float(-(logp.exp() * logp).sum(-1).mean()))
+                    self._metrics["train"]["mean_token_accuracy"].append(
+                        float((kept.argmax(-1) == labels[mask]).float().mean()))
+                if "attention_mask" in inputs:
+                    self._total_train_tokens += int(inputs["attention_mask"].sum())
+                self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+            return (loss, None) if return_outputs else loss
+
+    return CompletionHeadSFTTrainer
+
+
 def finetune(
     model: Any,
     tokenizer: Any,
@@ -141,7 +185,7 @@ def finetune(
         **device_kwargs(),
     )
     columns = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
-    trainer = SFTTrainer(
+    trainer = (completion_head_trainer() if on_cpu() else SFTTrainer)(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(columns),
