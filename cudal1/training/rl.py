@@ -21,10 +21,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cudal1.generation.backends import cpu_cache
 from cudal1.pool import CandidatePool
 from cudal1.problems import Problem
 from cudal1.training.data import contrastive_prompt
-from cudal1.training.finetune import MetricSink, device_kwargs, lora_config, make_step_callback, save_policy
+from cudal1.training.finetune import (
+    MetricSink,
+    device_kwargs,
+    lora_config,
+    make_step_callback,
+    on_cpu,
+    save_policy,
+)
 from cudal1.training.rewards import EvaluateFn, SpeedupReward, epoch_metrics, format_reward
 from cudal1.training.settings import RLSettings
 
@@ -73,6 +81,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         max_completion_length=settings.max_new_tokens,
         temperature=settings.temperature,
         top_k=0,  # sample the policy's own distribution: GRPO's ratios assume it
+        cache_implementation=cpu_cache("cpu" if on_cpu() else "cuda"),
         learning_rate=settings.learning_rate,
         lr_scheduler_type="constant",  # one short trainer per epoch: a decaying schedule would restart each time
         beta=settings.beta,

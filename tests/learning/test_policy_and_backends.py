@@ -53,6 +53,22 @@ def test_transformers_backend_shapes(policy_dir):
     assert isinstance(backend, TransformersBackend)
 
 
+def test_a_static_cache_on_the_cpu_writes_what_the_default_one_does(policy_dir):
+    """On a CPU the backend (and the RL stage's GRPOConfig) decodes with a static key/value cache, written in
+    place, instead of transformers' default one, which concatenates every layer's keys and values at every
+    token (backends.cpu_cache): the same text, greedy and sampled on one seed."""
+    from cudal1.generation.backends import cpu_cache
+
+    assert cpu_cache("cpu") == "static" and cpu_cache("cuda:0") is None
+    static = make_backend("transformers", str(policy_dir), batch_size=2)
+    dynamic = make_backend("transformers", str(policy_dir), batch_size=2, cache_implementation="dynamic")
+    assert static.cache_implementation == "static" and dynamic.cache_implementation == "dynamic"
+    prompts = ["import torch", "class", "def forward(self, x):"]  # of different lengths: left padding
+    for temperature in (0.0, 1.0):
+        assert static.generate(prompts, n=2, max_new_tokens=12, temperature=temperature) == \
+            dynamic.generate(prompts, n=2, max_new_tokens=12, temperature=temperature)
+
+
 def test_vllm_is_imported_only_when_chosen():
     try:
         import vllm  # noqa: F401

@@ -30,6 +30,7 @@ def test_grpo_config_carries_the_rl_settings(tmp_path):
     assert args.per_device_train_batch_size == 5 * 4 and args.steps_per_generation == 3  # 15 prompts, 3 steps
     assert args.learning_rate == 3e-4 and args.temperature == 0.7 and args.max_completion_length == 64
     assert args.seed == settings.seed + 1  # each epoch samples afresh
+    assert args.cache_implementation == "static"  # on this CPU: decoding writes its cache in place (backends.cpu_cache)
 
 
 def test_a_new_exemplar_changes_only_its_own_problems_prompt():
