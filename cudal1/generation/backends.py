@@ -19,9 +19,10 @@ class GenerationBackend(Protocol):
 
 def cpu_cache(device: str) -> str | None:
     """The key/value cache ``model.generate`` uses on ``device``: on a CPU a static one, written in place
-    (transformers' default concatenates every layer's keys and values at every new token: with 60
-    sequences of ~270 tokens that copy was 110 of a 140 ms decode step for the 4x256 policy, against 47 ms
-    static; docs/learning.md, "What a decode step spends"). Elsewhere the library's default."""
+    (transformers' default concatenates every layer's keys and values at every new token: one RL epoch's
+    60 sequences of the 4x256 policy decoded at 107-128 ms a token with it, 43-51 ms with a static cache;
+    docs/learning.md, "On a CPU a decode step was mostly the key/value cache's copy"). Elsewhere the
+    library's default."""
     return "static" if device == "cpu" else None
 
 

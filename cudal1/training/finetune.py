@@ -120,7 +120,8 @@ def completion_head_trainer() -> type:
     """TRL's SFTTrainer with its loss computed by :func:`completion_logits`: the same mean negative
     log-likelihood over completion tokens (the same losses step for step, tests/learning/test_sft_loss.py),
     with entropy and token accuracy logged as TRL logs them. On the 2-core CPU it trained the default SFT
-    stage in 26% less time (docs/learning.md, "What the SFT step spends")."""
+    stage in 127.5-138.5 s against 182.6 s (docs/learning.md, "On a CPU, SFT's time was TRL's LM head over
+    the prompts")."""
     import torch
     from trl import SFTTrainer
 
