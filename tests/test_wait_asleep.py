@@ -75,10 +75,12 @@ def test_a_worker_that_keeps_running_is_read_as_it_is_after_the_bound() -> None:
         _ready(proc)
         started = time.monotonic()
         assert not _wait(SimpleNamespace(pid=proc.pid), 0.05)
-        assert 0.05 <= time.monotonic() - started < 1.0
+        assert time.monotonic() - started >= 0.05
+        # it keeps running, and what it runs is read: over long enough a window to get its share of a core on a
+        # machine busy with the suite's other workers
         before = sample(proc.pid)
-        time.sleep(0.02)
-        assert process_cpu_s(before, sample(proc.pid)) > 0.005
+        time.sleep(0.5)
+        assert process_cpu_s(before, sample(proc.pid)) > 0.01
     finally:
         proc.kill()
         proc.wait()
