@@ -30,6 +30,19 @@ from cudal1.evaluator.procfs import TABLE, process_info
 # well above the 2.4 ms the longest honest wake-up took on the 2-core CPU machine
 SETTLE_S = 0.010
 
+def _reaches_state(pid: int, states: tuple[str, ...], timeout_s: float) -> bool:
+    """Poll /proc until the process shows one of ``states``; False when it did not in time, is gone (or a
+    zombie), or /proc is absent."""
+    deadline = time.monotonic() + timeout_s
+    while (info := process_info(pid)) is not None and info.state not in ("Z", "X"):
+        if info.state in states:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.00005)
+    return False
+
+
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
@@ -346,14 +359,7 @@ class WorkerProcess:
         """Wait until /proc shows the worker stopped. A worker that stops itself after a reply gets there
         microseconds after the parent reads it (later on a busy host), and a SIGCONT sent before that would
         be lost, leaving it stopped for good. False when it did not stop in time, is gone, or /proc is absent."""
-        deadline = time.monotonic() + timeout_s
-        while (info := process_info(self.pid)) is not None and info.state not in ("Z", "X"):
-            if info.state in ("T", "t"):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.00005)
-        return False
+        return _reaches_state(self.pid, ("T", "t"), timeout_s)
 
     def wait_asleep(self, timeout_s: float = SETTLE_S) -> bool:
         """Wait until /proc shows the worker's main thread asleep (its wait for the next command). A worker
@@ -362,14 +368,7 @@ class WorkerProcess:
         a thread running (docs/evaluator.md, "An honest program rejected for its own wake-up"). Bounded: a
         worker kept from its wait (a thread holding the GIL) is read as it is, and its CPU counts. False when
         it did not fall asleep in time, is gone, or /proc is absent."""
-        deadline = time.monotonic() + timeout_s
-        while (info := process_info(self.pid)) is not None and info.state not in ("Z", "X"):
-            if info.state == "S":
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.00005)
-        return False
+        return _reaches_state(self.pid, ("S",), timeout_s)
 
     def kill(self) -> None:
         try:

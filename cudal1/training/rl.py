@@ -81,7 +81,7 @@ def grpo_config(settings: RLSettings, out_dir: Path, epoch: int, n_prompts: int)
         max_completion_length=settings.max_new_tokens,
         temperature=settings.temperature,
         top_k=0,  # sample the policy's own distribution: GRPO's ratios assume it
-        cache_implementation=cpu_cache("cpu" if on_cpu() else "cuda"),
+        cache_implementation=cpu_cache("cpu") if on_cpu() else None,  # on a GPU, TRL's default
         learning_rate=settings.learning_rate,
         lr_scheduler_type="constant",  # one short trainer per epoch: a decaying schedule would restart each time
         beta=settings.beta,
