@@ -1,33 +1,3 @@
-# One call of: [the GPU suite], then the whole release cold, then warm, each as ONE run that outlives the
-# device call it started in (setsid: a process in its own session runs on until the machine goes back),
-# so neither run is cut at a call's limit; each later call waits for it. CALL_S seconds in all for a call.
-T0=$(date +%s)
-source benchmarks/gpu_setup.sh > /tmp/setup.log 2>&1
-left() { echo $(( ${CALL_S:-575} - ($(date +%s) - T0) )); }
-n() { if [ -f "$1/results.jsonl" ]; then grep -c . "$1/results.jsonl"; else echo 0; fi; }
-done_() { [ -s "$1/calls.jsonl" ]; }
-detach() {  # RUN, then the env for release_resume.sh; no limit of a call applies
-  mkdir -p "$1"; ( export RUN=$1 LIMIT_S=1500; shift; env "$@" setsid bash benchmarks/release_resume.sh \
-    > "$RUN.out" 2>&1 < /dev/null & ); echo "started $1 at $(date -u +%T)"; }
-wait_for() { while ! done_ "$1" && [ "$(left)" -gt "${2:-15}" ]; do sleep 2; done; }
-keep() { for r in rcold rwarm; do [ -d /tmp/rel/$r ] && tar czf $OUT/$r.tgz -C /tmp/rel $r $r.out 2>/dev/null; done
-  echo "cold rows $(n /tmp/rel/rcold) $(done_ /tmp/rel/rcold && echo done), warm rows $(n /tmp/rel/rwarm) $(done_ /tmp/rel/rwarm && echo done); $(date -u +%T)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; lscpu | grep "Model name"; cat carry/commit.txt
-if [ "${FIRST:-0}" = 1 ]; then
-  mkdir -p $OUT/i; lscpu > $OUT/i/lscpu.txt
-  OUT=$OUT/i/s STEPS=gpu-tests timeout 340 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
-  tar czf $OUT/i.tgz -C $OUT i && rm -rf $OUT/i
-  date -u
-  detach /tmp/rel/rcold EXTRA=--call-pace
-elif [ ! -d /tmp/rel/rcold ]; then echo "LOST the machine: cold run not found"; exit 3; fi
-wait_for /tmp/rel/rcold
-if done_ /tmp/rel/rcold && [ ! -d /tmp/rel/rwarm ]; then
-  tail -n 1 /tmp/rel/rcold/calls.jsonl
-  detach /tmp/rel/rwarm AGREE_WITH=/tmp/rel/rcold EXTRA=--call-pace
-fi
-[ -d /tmp/rel/rwarm ] && wait_for /tmp/rel/rwarm
-if done_ /tmp/rel/rwarm; then
-  tail -n 1 /tmp/rel/rwarm/calls.jsonl
-  python3 benchmarks/agreement_split.py /tmp/rel/rcold /tmp/rel/rwarm 2>&1 | grep "rows ok in both\|reasons\|spreads"
-fi
-keep
+# The calls of this run, as run: the steps of benchmarks/release_pair_call.sh without its overhead step (OV=0;
+# this run measured the overhead and `evaluate-one` in a fourth call of its own).
+OV=0 exec bash benchmarks/release_pair_call.sh "$@"

@@ -1,7 +1,12 @@
-# One call of: [the GPU suite, then the overhead and `evaluate-one`], then the whole release cold, then warm,
-# each as ONE run that outlives the device call it started in (setsid: a process in its own session runs on
-# until the machine goes back), so neither run is cut at a call's limit; each later call waits for it.
-# CALL_S seconds in all for a call.
+# One device call of the whole release's cold-then-warm pair on one GPU, from the repository root
+# (carry/h100.jsonl a copy of ../shared/cuda-l1/h100.jsonl, carry/commit.txt the tree's commit):
+# [the GPU suite, then (OV=1, the default) the overhead and `evaluate-one`], then the whole release cold, then
+# warm, each as ONE run that outlives the device call it started in (setsid: a process in its own session runs
+# on until the machine goes back), so neither run is cut at a call's limit; each later call waits for it.
+# CALL_S seconds in all for a call. Results come back as $OUT/i.tgz (first call), rcold.tgz and rwarm.tgz.
+#
+#   CALL_S=580 FIRST=1 bash benchmarks/release_pair_call.sh   # suite, overhead, evaluate-one; starts the cold run
+#   CALL_S=585 bash benchmarks/release_pair_call.sh           # again, until both runs are done
 T0=$(date +%s)
 source benchmarks/gpu_setup.sh > /tmp/setup.log 2>&1
 left() { echo $(( ${CALL_S:-575} - ($(date +%s) - T0) )); }
@@ -18,7 +23,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   mkdir -p $OUT/i; lscpu > $OUT/i/lscpu.txt
   OUT=$OUT/i/s STEPS=gpu-tests timeout 340 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
   date -u
-  OUT=$OUT/i/ov STEPS="overhead evalone" RELEASE=carry/h100.jsonl timeout 150 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 4
+  [ "${OV:-1}" = 1 ] && OUT=$OUT/i/ov STEPS="overhead evalone" RELEASE=carry/h100.jsonl timeout 150 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 4
   tar czf $OUT/i.tgz -C $OUT i && rm -rf $OUT/i
   date -u
   detach /tmp/rel/rcold EXTRA=--call-pace
