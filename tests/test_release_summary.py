@@ -273,20 +273,27 @@ def test_one_gpu_against_both_on_the_mended_build_path_is_the_committed_json() -
 EARLY = X2.parent / "recheck-early-h200"
 
 
+def one_call_pair(folder: Path, walls: tuple[float, float]) -> tuple[dict, dict, dict]:
+    """A cold and a warm run of the whole release in ``folder``, each one process from its first row to its last
+    (one call, not stopped, all 210 programs) with the given walls: both runs' programs, and their agreement
+    with no verdict changed over the 164 rows ok in both."""
+    bench = load_script("release_bench")
+    runs = [bench.run_summary(folder / name) for name in ("cold", "warm")]
+    assert tuple(round(r["wall_s"], 1) for r in runs) == walls and [r["calls"] for r in runs] == [1, 1]
+    for run in ("cold", "warm"):
+        (call,) = [json.loads(line) for line in (folder / run / "calls.jsonl").read_text().splitlines()]
+        assert not call["stopped_by_limit"] and (call["evaluations_before"], call["evaluations_after"]) == (0, 210)
+    cold, warm = (bench.programs_only(load_evaluations(folder / name / "results.jsonl")) for name in ("cold", "warm"))
+    agree = bench.agreement(cold, warm)
+    assert agree["flips"] == [] and agree["rows"] == 164
+    return cold, warm, agree
+
+
 def test_the_whole_release_with_re_measurements_that_stop_once_they_agree() -> None:
     """Cold 630.3 s and warm 554.4 s (88%), each one run; no verdict changed; 2.16% / 22.29% over the 164 rows
     ok in both; the second measurement of 40 of the 46 re-checked rows took the least trials; the time past the
     kept evaluations 116.7 s cold and 102.3 s warm (128.6 s and 111.8 s on the healed pair)."""
-    bench = load_script("release_bench")
-    cold_run, warm_run = bench.run_summary(EARLY / "cold"), bench.run_summary(EARLY / "warm")
-    assert (round(cold_run["wall_s"], 1), round(warm_run["wall_s"], 1)) == (630.3, 554.4)
-    assert cold_run["calls"] == warm_run["calls"] == 1
-    for run in ("cold", "warm"):
-        (call,) = [json.loads(line) for line in (EARLY / run / "calls.jsonl").read_text().splitlines()]
-        assert not call["stopped_by_limit"] and (call["evaluations_before"], call["evaluations_after"]) == (0, 210)
-    cold, warm = (bench.programs_only(load_evaluations(EARLY / name / "results.jsonl")) for name in ("cold", "warm"))
-    agree = bench.agreement(cold, warm)
-    assert agree["flips"] == [] and agree["rows"] == 164
+    cold, warm, agree = one_call_pair(EARLY, (630.3, 554.4))
     assert (round(agree["median"], 4), round(agree["p95"], 4)) == (0.0216, 0.2229)
     rechecked = [e for run in (cold, warm) for e in run.values() if "recheck_trials" in e.extra]
     assert len(rechecked) == 46 and sum(e.extra["recheck_trials"][1] == 5 for e in rechecked) == 40
@@ -307,18 +314,10 @@ def test_the_whole_release_on_the_wait_for_a_worker_asleep_is_the_committed_json
     """Cold 641.3 s and warm 533.2 s (83%), each one run; no verdict changed; 2.48% / 16.30% over the 164 rows
     ok in both; 24 rows re-checked cold and 21 warm, none measured a third time; the time past the kept
     evaluations 107.6 s cold and 87.0 s warm; no program rejected for its idle CPU."""
-    bench = load_script("release_bench")
-    cold_run, warm_run = bench.run_summary(WAKE / "cold"), bench.run_summary(WAKE / "warm")
-    assert (round(cold_run["wall_s"], 1), round(warm_run["wall_s"], 1)) == (641.3, 533.2)
-    assert cold_run["calls"] == warm_run["calls"] == 1
+    cold, warm, agree = one_call_pair(WAKE, (641.3, 533.2))
     for run in ("cold", "warm"):
-        (call,) = [json.loads(line) for line in (WAKE / run / "calls.jsonl").read_text().splitlines()]
-        assert not call["stopped_by_limit"] and (call["evaluations_before"], call["evaluations_after"]) == (0, 210)
         summary = json.loads((WAKE / run / "run.log").read_text().splitlines()[-1])
         assert summary["rejected_for_idle_work"] == [] and summary["candidate_idle_cpu_ms_max"] < 0.5
-    cold, warm = (bench.programs_only(load_evaluations(WAKE / name / "results.jsonl")) for name in ("cold", "warm"))
-    agree = bench.agreement(cold, warm)
-    assert agree["flips"] == [] and agree["rows"] == 164
     assert (round(agree["median"], 4), round(agree["p95"], 4)) == (0.0248, 0.163)
     rechecked = {name: [e for e in run.values() if "recheck_speedups" in e.extra] for name, run in (("cold", cold), ("warm", warm))}
     assert (len(rechecked["cold"]), len(rechecked["warm"])) == (24, 21)
