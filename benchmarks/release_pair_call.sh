@@ -12,10 +12,10 @@ source benchmarks/gpu_setup.sh > /tmp/setup.log 2>&1
 left() { echo $(( ${CALL_S:-575} - ($(date +%s) - T0) )); }
 n() { if [ -f "$1/results.jsonl" ]; then grep -c . "$1/results.jsonl"; else echo 0; fi; }
 done_() { [ -s "$1/calls.jsonl" ]; }
-detach() {  # RUN, then the env for release_resume.sh; no limit of a call applies
-  mkdir -p "$1"; ( export RUN=$1 LIMIT_S=1500; shift; env "$@" setsid bash benchmarks/release_resume.sh \
-    > "$RUN.out" 2>&1 < /dev/null & ); echo "started $1 at $(date -u +%T)"; }
-wait_for() { while ! done_ "$1" && [ "$(left)" -gt "${2:-15}" ]; do sleep 2; done; }
+# Each run in its own session through release_outlive.sh, bounded by LIMIT_S=1500 (the run's, not a call's);
+# a call waits for it until 15 s before its own end
+detach() { RUN=$1 LIMIT_S=1500 env "${@:2}" bash benchmarks/release_outlive.sh start; }
+wait_for() { RUN=$1 UNTIL_S=$(( $(left) - 15 )) bash benchmarks/release_outlive.sh wait > /dev/null; }
 keep() { for r in rcold rwarm; do [ -d /tmp/rel/$r ] && tar czf $OUT/$r.tgz -C /tmp/rel $r $r.out 2>/dev/null; done
   echo "cold rows $(n /tmp/rel/rcold) $(done_ /tmp/rel/rcold && echo done), warm rows $(n /tmp/rel/rwarm) $(done_ /tmp/rel/rwarm && echo done); $(date -u +%T)"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; lscpu | grep "Model name"; cat carry/commit.txt

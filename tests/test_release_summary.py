@@ -273,6 +273,16 @@ def test_one_gpu_against_both_on_the_mended_build_path_is_the_committed_json() -
 EARLY = X2.parent / "recheck-early-h200"
 
 
+def run_log_summary(run: Path) -> dict:
+    """The run's own summary: its log's last line."""
+    return json.loads((run / "run.log").read_text().splitlines()[-1])
+
+
+def beyond_kept(run: Path) -> float:
+    """The run's time past each row's kept evaluation (re-measurements and confirmations), summed."""
+    return run_log_summary(run)["time_split_s"]["row_beyond_kept_s"]
+
+
 def one_call_pair(folder: Path, walls: tuple[float, float]) -> tuple[dict, dict, dict]:
     """A cold and a warm run of the whole release in ``folder``, each one process from its first row to its last
     (one call, not stopped, all 210 programs) with the given walls: both runs' programs, and their agreement
@@ -299,9 +309,6 @@ def test_the_whole_release_with_re_measurements_that_stop_once_they_agree() -> N
     assert len(rechecked) == 46 and sum(e.extra["recheck_trials"][1] == 5 for e in rechecked) == 40
     for e in rechecked:  # the kept figure is the slowest measured, whichever stopped early
         assert e.speedup == min(e.extra["recheck_speedups"]) and len(e.extra["recheck_trials"]) == len(e.extra["recheck_speedups"])
-    def beyond_kept(run: Path) -> float:  # the run's own summary, its log's last line
-        return json.loads((run / "run.log").read_text().splitlines()[-1])["time_split_s"]["row_beyond_kept_s"]
-
     assert [beyond_kept(d / name) for d in (EARLY, HEALED) for name in ("cold", "warm")] == [116.7, 102.3, 128.6, 111.8]
 
 
@@ -316,16 +323,14 @@ def test_the_whole_release_on_the_wait_for_a_worker_asleep_is_the_committed_json
     evaluations 107.6 s cold and 87.0 s warm; no program rejected for its idle CPU."""
     cold, warm, agree = one_call_pair(WAKE, (641.3, 533.2))
     for run in ("cold", "warm"):
-        summary = json.loads((WAKE / run / "run.log").read_text().splitlines()[-1])
+        summary = run_log_summary(WAKE / run)
         assert summary["rejected_for_idle_work"] == [] and summary["candidate_idle_cpu_ms_max"] < 0.5
     assert (round(agree["median"], 4), round(agree["p95"], 4)) == (0.0248, 0.163)
     rechecked = {name: [e for e in run.values() if "recheck_speedups" in e.extra] for name, run in (("cold", cold), ("warm", warm))}
     assert (len(rechecked["cold"]), len(rechecked["warm"])) == (24, 21)
     for e in rechecked["cold"] + rechecked["warm"]:
         assert len(e.extra["recheck_speedups"]) == 2 and e.speedup == min(e.extra["recheck_speedups"])
-    beyond = [json.loads((WAKE / name / "run.log").read_text().splitlines()[-1])["time_split_s"]["row_beyond_kept_s"]
-              for name in ("cold", "warm")]
-    assert beyond == [107.6, 87.0]
+    assert [beyond_kept(WAKE / name) for name in ("cold", "warm")] == [107.6, 87.0]
     committed = json.loads((X2.parent / "release-h100.json").read_text())
     assert (committed["cold_wall_s"], committed["warm_wall_s"], committed["verdict_flips"]) == (641.3, 533.2, 0)
     assert (committed["agreement_median"], committed["agreement_p95"]) == (0.0248, 0.163)
