@@ -23,7 +23,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cudal1.config import SECTIONS, AugmentParams, load_params
-from flows._common import USER_ERRORS
+from flows._common import USER_ERRORS, skip_final_collection
 from tasks.tracking import PARENT_RUN_ENV, stage_run
 
 
@@ -209,6 +209,8 @@ def main() -> None:
     except RuntimeError as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        skip_final_collection()
 
 
 if __name__ == "__main__":
