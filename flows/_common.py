@@ -8,14 +8,13 @@ they log to MLflow themselves) and use its paths as they come."""
 from __future__ import annotations
 
 import argparse
-import gc
-import io
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cudal1.config import ParamsError
+from cudal1.exiting import skip_final_collection
 from cudal1.generation.teachers import TeacherUnavailable
 from cudal1.problems import ProblemLoadError
 
@@ -76,23 +75,3 @@ def main(flow: Callable[..., Any], description: str) -> None:
     finally:
         skip_final_collection()
 
-
-def skip_final_collection() -> None:
-    """Called as a stage's process ends: the interpreter's last garbage collections over the heap that
-    Prefect, MLflow, SQLAlchemy and torch leave behind took 2-4 s of CPU per stage on the 2-core machine
-    (docs/pipeline.md, "What we learned"), for memory the OS takes back anyway. Frozen objects are never
-    collected; the rest of the exit runs as usual: atexit handlers (Prefect's log and event workers drain
-    there), and objects freed by their reference counts, files closed. A file object left open in a
-    reference cycle is no longer closed by a collection, so every open file is flushed here first."""
-    for obj in gc.get_objects():
-        if type(obj) in _BUFFERED and not obj.closed:
-            try:
-                obj.flush()
-            except (OSError, ValueError):  # a closed pipe, a detached buffer: nothing of ours to keep
-                pass
-    gc.disable()
-    gc.freeze()
-
-
-# Exact types: isinstance against the io ABCs took 0.9 s over a stage's 400,000 objects.
-_BUFFERED = frozenset({io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom})

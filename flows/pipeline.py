@@ -23,7 +23,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cudal1.config import SECTIONS, AugmentParams, load_params
-from flows._common import USER_ERRORS, skip_final_collection
+from cudal1.exiting import skip_final_collection
+from flows._common import USER_ERRORS
 from tasks.tracking import PARENT_RUN_ENV, stage_run
 
 

@@ -1,4 +1,4 @@
-"""A stage's process ends without the interpreter's last garbage collections (flows._common.main), and still
+"""A stage's process and the CLI end without the interpreter's last garbage collections (cudal1.exiting), and still
 runs its atexit handlers and flushes what it wrote."""
 
 from __future__ import annotations
@@ -37,3 +37,21 @@ def test_a_stage_ends_with_its_heap_frozen_its_exit_handlers_run_and_its_writes_
     assert done.returncode == 0, done.stderr[-2000:]
     assert "at exit: gc enabled False, frozen True" in done.stdout, done.stdout
     assert out.read_text() == "ran with some.yaml"
+
+
+def test_the_cli_ends_the_same_way_and_keeps_its_exit_status(tmp_path: Path) -> None:
+    probe = textwrap.dedent("""
+        import atexit, gc, sys
+        atexit.register(lambda: print(f"at exit: gc enabled {gc.isenabled()}, frozen {gc.get_freeze_count() > 0}"))
+        from cudal1.cli import main
+        sys.argv = ["cudal1", *sys.argv[1:]]
+        main()
+    """)
+    shown = subprocess.run([sys.executable, "-c", probe, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "evaluate-one" in shown.stdout, shown.stderr[-2000:]
+    assert "at exit: gc enabled False, frozen True" in shown.stdout
+    missing = subprocess.run([sys.executable, "-c", probe, "evaluate-one", "--reference", str(tmp_path / "none.py"),
+                              "--candidate", str(tmp_path / "none.py")], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "Invalid value: --reference" in missing.stderr, missing.stderr[-2000:]
+    assert "at exit: gc enabled False, frozen True" in missing.stdout
