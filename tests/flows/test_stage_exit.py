@@ -55,3 +55,26 @@ def test_the_cli_ends_the_same_way_and_keeps_its_exit_status(tmp_path: Path) -> 
                              timeout=120)
     assert missing.returncode == 2 and "Invalid value: --reference" in missing.stderr, missing.stderr[-2000:]
     assert "at exit: gc enabled False, frozen True" in missing.stdout
+
+
+def test_a_thread_still_writing_when_main_returns_has_its_writes_flushed(tmp_path: Path) -> None:
+    """The interpreter joins the threads left running before the exit handlers run: the freeze waits for them."""
+    out = tmp_path / "late.txt"
+    probe = textwrap.dedent("""
+        import sys, threading, time
+        from flows._common import main
+
+        def late(path):  # opens, writes and drops a file in a reference cycle after main has returned
+            time.sleep(0.5)
+            handle = open(path, "w")
+            handle.write("written late")
+            cycle = [handle]
+            cycle.append(cycle)
+
+        path, sys.argv = sys.argv[1], ["stage"]
+        threading.Thread(target=late, args=(path,)).start()
+        main(lambda params_path: None, "a stage")
+    """)
+    done = subprocess.run([sys.executable, "-c", probe, str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.read_text() == "written late"
