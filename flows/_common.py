@@ -74,4 +74,3 @@ def main(flow: Callable[..., Any], description: str) -> None:
         sys.exit(2)
     finally:
         skip_final_collection()
-
