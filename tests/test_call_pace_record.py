@@ -34,9 +34,11 @@ def test_an_evaluation_records_the_fast_figure_only_when_asked_and_it_changes_no
     assert plain.status is paced.status is Status.OK, (plain.reason, paced.reason)
     assert "call_pace" not in plain.extra
     figure = paced.extra["call_pace"]
-    # every trial's calls were probed on both sides: the reference's 10th percentile sets the level, so
-    # at least a tenth of its calls read fast in the median trial
-    assert figure["fast_probe_ms"] > 0 and figure["fast_share"][0] > 0.05
+    # every trial's calls were probed on both sides. The level is the reference's 10th percentile over all
+    # trials, so a tenth of its calls read fast, but they may all sit in one trial: on a loaded 2-core CI
+    # machine the median trial's share read 0.0 (test_the_fast_calls_may_all_sit_in_one_trial)
+    assert figure["fast_probe_ms"] > 0
+    assert all(0.0 <= share <= 1.0 for share in figure["fast_share"])
     assert 0 <= figure["fast_trials"] <= paced.trials
     if figure["fast_trials"]:
         # the same program on both sides: the fast calls' figure is near 1, as the every-call one is
@@ -59,6 +61,16 @@ def test_the_fast_level_comes_from_the_reference_and_slow_calls_are_left_out() -
     few = [([2.0] * (MIN_FAST - 1) + [3.2] * 9, [0.010] * (MIN_FAST - 1) + [0.016] * 9, [1.0] * 11, [0.010] * 11)]
     assert fast_figure(few)["fast_trials"] == 0
     assert fast_figure([([1.0], (), [1.0], ())]) is None
+
+
+def test_the_fast_calls_may_all_sit_in_one_trial() -> None:
+    # the host fast through the first trial only: the level (1.25x the pooled 10th percentile) is met by
+    # that trial's calls alone, so the median trial has no fast call and no trial of two levels
+    quick, slow = [0.010] * 10, [0.016] * 10
+    trials = [([1.0] * 10, quick, [1.0] * 10, quick)] + [([1.6] * 10, slow, [1.6] * 10, slow)] * 4
+    figure = fast_figure(trials)
+    assert figure is not None and figure["fast_share"] == [0.0, 0.0]
+    assert figure["fast_trials"] == 1 and figure["fast_speedup"] == 1.0
 
 
 def test_a_reply_without_one_number_per_call_records_no_probes() -> None:
