@@ -21,13 +21,26 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def device_kwargs() -> dict[str, Any]:
-    """TrainingArguments for this machine: on CPU, ``use_cpu`` and no bf16 (TRL defaults bf16 to True,
-    which fails without a GPU). On GPUs, one per process (:func:`one_gpu_per_process`)."""
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (oneDNN's AVX512-BF16 or AMX kernels); without them
+    bf16 autocast is emulated and slower than float32."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
+def device_kwargs(precision: str | None = None) -> dict[str, Any]:
+    """TrainingArguments for this machine and a ``FinetuneSettings.precision``. On CPU, ``use_cpu`` and bf16
+    autocast only where asked ("bf16") or where "auto" finds it native (:func:`cpu_has_bf16`); None is float32
+    (TRL defaults bf16 to True, which is emulated, or refused, without native support). On GPUs, one per
+    process (:func:`one_gpu_per_process`) and the trainer's default unless a precision is forced."""
     if on_cpu():
-        return {"use_cpu": True, "bf16": False}
+        return {"use_cpu": True, "bf16": precision == "bf16" or (precision == "auto" and cpu_has_bf16())}
     one_gpu_per_process()
-    return {}
+    return {"fp32": {"bf16": False, "fp16": False}, "bf16": {"bf16": True}}.get(precision or "auto", {})
 
 
 def one_gpu_per_process() -> None:
@@ -183,7 +196,7 @@ def finetune(
         disable_tqdm=True,
         # TRL turns checkpointing on by default; a small policy has memory to spare and would pay ~2x time.
         gradient_checkpointing=settings.gradient_checkpointing,
-        **device_kwargs(),
+        **device_kwargs(settings.precision),
     )
     columns = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
     trainer = (completion_head_trainer() if on_cpu() else SFTTrainer)(
@@ -196,7 +209,9 @@ def finetune(
     )
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    model = trainer.model
+    # Under mixed precision accelerate wraps the model's forward in autocast; a caller that generates with the
+    # model afterwards (the next self-supervised round) would write bf16 keys into a float32 static cache
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     summary = {
@@ -205,5 +220,6 @@ def finetune(
         "first_loss": losses[0] if losses else math.nan,
         "last_loss": losses[-1] if losses else math.nan,
         "train_seconds": float(result.metrics.get("train_runtime", math.nan)),
+        "bf16": float(bool(args.bf16)),  # what "auto" came to on this machine (1: bf16 autocast)
     }
     return model, summary

@@ -56,6 +56,8 @@ def test_one_process_that_sees_several_gpus_is_refused_with_the_ways_out(monkeyp
     assert finetune.device_kwargs() == {}
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert finetune.device_kwargs() == {}
+    assert finetune.device_kwargs() == finetune.device_kwargs("auto") == {}  # the trainer's own default on a GPU
+    assert finetune.device_kwargs("fp32") == {"bf16": False, "fp16": False}
+    assert finetune.device_kwargs("bf16") == {"bf16": True}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert finetune.device_kwargs() == {"use_cpu": True, "bf16": False}

@@ -32,7 +32,8 @@ def _train(tmp_path, rows, trainer: type | None, monkeypatch: pytest.MonkeyPatch
     model, tokenizer = ft.load_policy(path)
     if trainer is not None:
         monkeypatch.setattr(ft, "completion_head_trainer", lambda: trainer)
-    settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048)
+    # float32: the two heads' losses agree to 1e-4 only where neither runs its matmuls in bf16
+    settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048, precision="fp32")
     captured: list[dict] = []
     ft.finetune(model, tokenizer, rows, settings, tmp_path / "work", sink=lambda m, step: captured.append(m))
     return [m for m in captured if "sft_loss" in m]
@@ -68,3 +69,36 @@ def test_only_the_completion_columns_reach_the_head(tmp_path, rows) -> None:
     assert torch.equal(kept[0], ids[0, 8:]) and kept[1, :2].eq(-100).all() and torch.equal(kept[1, 2:], ids[1, 10:])
     full = model(input_ids=ids).logits
     assert torch.allclose(logits, full[:, 7:11].float(), atol=1e-5)
+
+
+def test_bf16_autocast_trains_float32_weights_and_leaves_the_model_generating(tmp_path, rows) -> None:
+    """FinetuneSettings.precision "bf16" on the CPU (emulated where the CPU has no native bf16): the summary
+    says so, the loss falls, the weights stay float32, and the forward accelerate wrapped in autocast is
+    unwrapped, so the next self-supervised round's static-cache generation still runs (with the wrapper
+    left on, its bf16 keys met the float32 cache: "index_copy_(): self and source expected to have the
+    same dtype")."""
+    import torch
+
+    from cudal1.generation.backends import TransformersBackend
+
+    path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
+                             vocab_size=512, hidden=64, layers=1)
+    model, tokenizer = ft.load_policy(path)
+    settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048, precision="bf16")
+    model, summary = ft.finetune(model, tokenizer, rows, settings, tmp_path / "work")
+    assert summary["bf16"] == 1.0 and summary["last_loss"] < summary["first_loss"]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert "_original_forward" not in model.__dict__
+    texts = TransformersBackend(model, tokenizer, device="cpu").generate([rows[0]["prompt"]], 2, 8, 1.0)
+    assert len(texts) == 1 and len(texts[0]) == 2
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ft, "cpu_has_bf16", lambda: True)
+    assert ft.device_kwargs("auto") == {"use_cpu": True, "bf16": True}
+    assert ft.device_kwargs("fp32") == ft.device_kwargs() == {"use_cpu": True, "bf16": False}
+    monkeypatch.setattr(ft, "cpu_has_bf16", lambda: False)
+    assert ft.device_kwargs("auto") == {"use_cpu": True, "bf16": False}
+    assert ft.device_kwargs("bf16") == {"use_cpu": True, "bf16": True}
+    with pytest.raises(ValueError, match=r"precision='fp16': use one of auto, fp32, bf16"):
+        FinetuneSettings(precision="fp16")
