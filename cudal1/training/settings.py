@@ -77,7 +77,7 @@ class FinetuneSettings:
     # The matmuls' precision while training (the weights stay float32): "auto" is bf16 autocast on a CPU that
     # computes bf16 natively (oneDNN: AVX512-BF16 or AMX) and float32 on one that does not, the trainer's own
     # default on a GPU; "fp32" or "bf16" force it. On a 2-core AVX512-BF16 CPU the default SFT trained in
-    # 36.5 s against 61.3 s (docs/learning.md, "bf16 autocast on a CPU that has it").
+    # 40.3 s against 61.3 s (docs/learning.md, "bf16 autocast on a CPU that has it").
     precision: str = "auto"
 
     def __post_init__(self) -> None:
