@@ -269,18 +269,25 @@ def test_one_gpu_against_both_on_the_mended_build_path_is_the_committed_json() -
 # one RL epoch of learning_gpu.py on the current evaluator, twice, one H200, 2026-12-02
 # (docs/gpu-runs.md#2026-12-02-rl-share)
 RL_SHARE = X2.parent / "rl-share-h200"
+RL_UNWRAP = X2.parent / "rl-unwrap-h200"
 
 
-def test_the_rl_epochs_evaluation_share_on_the_current_evaluator_is_the_committed_json() -> None:
-    """Two runs of one RL epoch, each from an empty output folder: evaluation 1.46 of 14.95 s (9.8%) and
-    0.92 of 9.12 s (10.1%), 18 evaluations each. The JSON holds the first, with its own date and command."""
+def test_the_rl_epochs_evaluation_share_on_the_current_code_is_the_committed_json() -> None:
+    """Three runs of one RL epoch on the code whose fine-tune unwraps accelerate's autocast forward, each from
+    an empty output folder: evaluation 27.9%, 49.1% and 47.1% of the epoch; the JSON holds the median run's.
+    The two runs before that change read 9.8% and 10.1%: their generation ran under the SFT trainer's autocast
+    wrapper, 6.4-8.6 s against 0.67-0.95 s (old4, beside them), so the share was small for a slow epoch."""
     bench = load_script("release_bench")
-    shares = [bench.update_rl({}, RL_SHARE / run / "learning.json", "cmd", "2026-12-02") for run in ("l1", "l2")]
-    assert [s["rl_eval_share"] for s in shares] == [0.098, 0.101]
-    assert [s["details"]["rl"]["evaluated"] for s in shares] == [18, 18]
+    shares = [bench.update_rl({}, RL_UNWRAP / run / "learning.json", "cmd", "2026-12-02") for run in ("l1", "l2", "l3")]
+    assert [s["rl_eval_share"] for s in shares] == [0.279, 0.491, 0.471]
+    before = [bench.update_rl({}, RL_SHARE / run / "learning.json", "cmd", "2026-12-02") for run in ("l1", "l2")]
+    assert [s["rl_eval_share"] for s in before] == [0.098, 0.101]
+    generation = {run: json.loads((RL_UNWRAP / run / "learning.json").read_text())["rl_epoch"]["generation_s"]
+                  for run in ("l1", "l2", "l3", "old4")}
+    assert max(generation[r] for r in ("l1", "l2", "l3")) < 1.0 < 8.0 < generation["old4"]
     committed = json.loads((X2.parent / "release-h100.json").read_text())
-    assert committed["rl_eval_share"] == 0.098 and committed["details"]["rl"]["date"] == "2026-12-02"
-    assert "ac67fdb" in committed["details"]["rl"]["command"] and "rl-share-h200" in committed["details"]["rl"]["command"]
+    assert committed["rl_eval_share"] == 0.471 and committed["details"]["rl"]["date"] == "2026-12-02"
+    assert "62a52fc" in committed["details"]["rl"]["command"] and "rl-unwrap-h200" in committed["details"]["rl"]["command"]
     assert "rl_eval_share" not in committed["details"].get("kept_from", {})
 
 
