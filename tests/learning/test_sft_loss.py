@@ -102,3 +102,26 @@ def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch: pytest.Mo
     assert ft.device_kwargs("bf16") == {"use_cpu": True, "bf16": True}
     with pytest.raises(ValueError, match=r"precision='fp16': use one of auto, fp32, bf16"):
         FinetuneSettings(precision="fp16")
+
+
+def test_lora_under_bf16_autocast_comes_back_merged_unwrapped_and_generating(tmp_path, rows) -> None:
+    """``lora: true``: peft's adapters train under the autocast accelerate puts on the PeftModel, and the
+    fine-tune hands back a plain model: adapters merged, the wrapper off, float32 weights, still generating."""
+    import torch
+
+    from cudal1.generation.backends import TransformersBackend
+
+    path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
+                             vocab_size=512, hidden=64, layers=1)
+    model, tokenizer = ft.load_policy(path)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048, precision="bf16",
+                       lora=True, lora_r=4, lora_alpha=8)
+    model, summary = ft.finetune(model, tokenizer, rows, settings, tmp_path / "work")
+    assert type(model).__module__.startswith("transformers.") and not hasattr(model, "peft_config")
+    assert "_original_forward" not in model.__dict__ and summary["bf16"] == 1.0
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    after = model.state_dict()
+    assert set(after) == set(before) and any(not torch.equal(after[k], before[k]) for k in before)  # merged, moved
+    texts = TransformersBackend(model, tokenizer, device="cpu").generate([rows[0]["prompt"]], 2, 8, 1.0)
+    assert len(texts[0]) == 2
