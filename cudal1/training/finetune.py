@@ -209,8 +209,10 @@ def finetune(
     )
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    # Under mixed precision accelerate wraps the model's forward in autocast; a caller that generates with the
-    # model afterwards (the next self-supervised round) would write bf16 keys into a float32 static cache
+    # Under mixed precision accelerate wraps the model's forward in autocast. A caller that generates with the
+    # model afterwards generated under it: the next self-supervised round wrote bf16 keys into its float32
+    # static cache on a CPU, and learning_gpu.py's RL epoch generated in 6.4-8.6 s against 0.67-0.95 s on an
+    # H200 (docs/gpu-runs.md#2026-12-02-rl-unwrap)
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
