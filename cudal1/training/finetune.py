@@ -40,7 +40,9 @@ def device_kwargs(precision: str | None = None) -> dict[str, Any]:
     if on_cpu():
         return {"use_cpu": True, "bf16": precision == "bf16" or (precision == "auto" and cpu_has_bf16())}
     one_gpu_per_process()
-    return {"fp32": {"bf16": False, "fp16": False}, "bf16": {"bf16": True}}.get(precision or "auto", {})
+    if precision == "fp32":
+        return {"bf16": False, "fp16": False}
+    return {"bf16": True} if precision == "bf16" else {}
 
 
 def one_gpu_per_process() -> None:

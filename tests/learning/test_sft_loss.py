@@ -26,10 +26,23 @@ def rows() -> list[dict[str, str]]:
     return out
 
 
-def _train(tmp_path, rows, trainer: type | None, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+def _policy(tmp_path, rows) -> tuple:
+    """A one-layer tiny policy (model, tokenizer) whose tokenizer learned the rows."""
     path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
                              vocab_size=512, hidden=64, layers=1)
-    model, tokenizer = ft.load_policy(path)
+    return ft.load_policy(path)
+
+
+def _samples(model, tokenizer, rows, n: int = 2) -> list[str]:
+    """``n`` sampled completions of the first row's prompt, through the static-cache CPU generation."""
+    from cudal1.generation.backends import TransformersBackend
+
+    (texts,) = TransformersBackend(model, tokenizer, device="cpu").generate([rows[0]["prompt"]], n, 8, 1.0)
+    return texts
+
+
+def _train(tmp_path, rows, trainer: type | None, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    model, tokenizer = _policy(tmp_path, rows)
     if trainer is not None:
         monkeypatch.setattr(ft, "completion_head_trainer", lambda: trainer)
     # float32: the two heads' losses agree to 1e-4 only where neither runs its matmuls in bf16
@@ -57,9 +70,7 @@ def test_the_completion_head_trains_as_trl_does(tmp_path, rows, monkeypatch: pyt
 def test_only_the_completion_columns_reach_the_head(tmp_path, rows) -> None:
     import torch
 
-    path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
-                             vocab_size=512, hidden=64, layers=1)
-    model, _ = ft.load_policy(path)
+    model, _ = _policy(tmp_path, rows)
     ids = torch.randint(3, 500, (2, 12))
     labels = torch.full_like(ids, -100)
     labels[0, 8:] = ids[0, 8:]  # row 0: a completion at 8..11; row 1: at 10..11
@@ -79,18 +90,13 @@ def test_bf16_autocast_trains_float32_weights_and_leaves_the_model_generating(tm
     same dtype")."""
     import torch
 
-    from cudal1.generation.backends import TransformersBackend
-
-    path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
-                             vocab_size=512, hidden=64, layers=1)
-    model, tokenizer = ft.load_policy(path)
+    model, tokenizer = _policy(tmp_path, rows)
     settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048, precision="bf16")
     model, summary = ft.finetune(model, tokenizer, rows, settings, tmp_path / "work")
     assert summary["bf16"] == 1.0 and summary["last_loss"] < summary["first_loss"]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert "_original_forward" not in model.__dict__
-    texts = TransformersBackend(model, tokenizer, device="cpu").generate([rows[0]["prompt"]], 2, 8, 1.0)
-    assert len(texts) == 1 and len(texts[0]) == 2
+    assert len(_samples(model, tokenizer, rows)) == 2
 
 
 def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,14 +112,11 @@ def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch: pytest.Mo
 
 def test_lora_under_bf16_autocast_comes_back_merged_unwrapped_and_generating(tmp_path, rows) -> None:
     """``lora: true``: peft's adapters train under the autocast accelerate puts on the PeftModel, and the
-    fine-tune hands back a plain model: adapters merged, the wrapper off, float32 weights, still generating."""
+    fine-tune hands back a plain model: adapters merged, float32 weights, still generating. (The merge returns
+    the inner model, which accelerate never wrapped: the wrapper's removal is the bf16 test's to show.)"""
     import torch
 
-    from cudal1.generation.backends import TransformersBackend
-
-    path = build_tiny_policy(tmp_path / "policy", [r["prompt"] + r["completion"] for r in rows],
-                             vocab_size=512, hidden=64, layers=1)
-    model, tokenizer = ft.load_policy(path)
+    model, tokenizer = _policy(tmp_path, rows)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     settings = replace(FinetuneSettings(), epochs=2, learning_rate=3e-3, batch_size=4, max_length=2048, precision="bf16",
                        lora=True, lora_r=4, lora_alpha=8)
@@ -123,5 +126,4 @@ def test_lora_under_bf16_autocast_comes_back_merged_unwrapped_and_generating(tmp
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     after = model.state_dict()
     assert set(after) == set(before) and any(not torch.equal(after[k], before[k]) for k in before)  # merged, moved
-    texts = TransformersBackend(model, tokenizer, device="cpu").generate([rows[0]["prompt"]], 2, 8, 1.0)
-    assert len(texts[0]) == 2
+    assert len(_samples(model, tokenizer, rows)) == 2
