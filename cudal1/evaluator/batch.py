@@ -29,6 +29,7 @@ from cudal1.evaluator.core import (
     evaluate_candidate,
     load_candidate,
     prepare_candidate_worker,
+    static_verdict,
 )
 from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
@@ -86,24 +87,32 @@ class _Sink:
         self.streak: list[str] = []  # the problems of the harness failures in a row
 
     def add(self, evaluation: Evaluation) -> None:
+        self.add_all([evaluation])
+
+    def add_all(self, evaluations: Sequence[Evaluation]) -> None:
+        """Record evaluations with one rewrite of the file (a batch's static verdicts come together)."""
+        if not evaluations:
+            return
         with self.lock:
-            self.rows.append(evaluation)
-            self.new.append(evaluation)
+            self.rows.extend(evaluations)
+            self.new.extend(evaluations)
             if self.path is not None:
                 tmp = self.path.with_name(self.path.name + ".partial" + self.path.suffix)
                 save_evaluations(self.rows, tmp)
                 os.replace(tmp, self.path)
-            if not evaluation.harness_failed:
-                self.streak = []
-            elif evaluation.problem_id not in self.streak:
-                self.streak.append(evaluation.problem_id)
+            for evaluation in evaluations:
+                if not evaluation.harness_failed:
+                    self.streak = []
+                elif evaluation.problem_id not in self.streak:
+                    self.streak.append(evaluation.problem_id)
             streak = len(self.streak)
         if self.progress is not None:
-            self.progress(evaluation)
+            for evaluation in evaluations:
+                self.progress(evaluation)
         if streak >= HARNESS_STREAK:
             raise HarnessDown(f"the evaluations of {streak} problems in a row failed in the harness, not in "
                               f"their programs (kept, and measured again when the batch resumes); the last: "
-                              f"{evaluation.reason[:300]}")
+                              f"{evaluations[-1].reason[:300]}")
 
 
 def evaluate_many(
@@ -146,8 +155,13 @@ def evaluate_many(
     todo = [c for c in candidates
             if (by_id[c.problem_id].sha256, c.sha256, config.hash, device_name(devices[0])) not in done]
     sink = _Sink(path, existing, progress)
+    # What the static checks settle is recorded first and takes no worker, build or device time.
+    cfg0 = config.with_device(devices[0])
+    settled = [(c, static_verdict(by_id[c.problem_id], c, cfg0)) for c in todo]
+    sink.add_all([verdict for _, verdict in settled if verdict is not None])
+    todo = [c for c, verdict in settled if verdict is None]
     if not todo:
-        return []
+        return sink.new
     # Builds in submission order on all cores but those the timing path needs (the parent and the two
     # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
     workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))

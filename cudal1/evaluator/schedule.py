@@ -22,7 +22,7 @@ from cudal1.evaluator.builds import QUIET, timed_prebuild
 from cudal1.evaluator.closing import CLOSER, close_worker
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
-from cudal1.evaluator.static import screen
+from cudal1.evaluator.static import STATIC_KEY, screen
 from cudal1.problems import Problem
 
 Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
@@ -93,6 +93,8 @@ def expected_costs(evaluations: Sequence[Evaluation]) -> dict[str, float]:
     (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
     seen: dict[str, list[float]] = {}
     for e in evaluations:
+        if e.extra.get(STATIC_KEY):
+            continue  # settled by the static checks before any device loop (core.static_verdict): no device time
         cost = e.extra.get("row_s", e.eval_s)
         if isinstance(cost, (int, float)) and cost > 0:
             seen.setdefault(e.problem_id, []).append(float(cost))

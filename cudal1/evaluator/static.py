@@ -327,6 +327,10 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+# Evaluation.extra key of a verdict the static checks gave before any device loop (core.static_verdict).
+STATIC_KEY = "settled_statically"
+
+
 def check_source(source: str, filename: str = "<candidate>") -> StaticReport:
     """Static findings for a candidate's source."""
     report = StaticReport()
