@@ -285,9 +285,24 @@ def test_the_rl_epochs_evaluation_share_on_the_current_code_is_the_committed_jso
     generation = {run: json.loads((RL_UNWRAP / run / "learning.json").read_text())["rl_epoch"]["generation_s"]
                   for run in ("l1", "l2", "l3", "old4")}
     assert max(generation[r] for r in ("l1", "l2", "l3")) < 1.0 < 8.0 < generation["old4"]
+
+
+# the same epoch with static verdicts recorded before the device loop, alternating with the code before,
+# one H200, 2026-12-02 (docs/gpu-runs.md#2026-12-02-static-verdicts)
+STATIC = X2.parent / "static-verdicts-h200"
+
+
+def test_static_verdicts_lower_the_share_and_the_json_holds_the_new_codes_middle_run() -> None:
+    """Of the alternating runs whose files came back: the new code's 35.3%, 37.6% and 45.1% (three more, in
+    the call's output only: 31.0%, 38.2%, 36.5%), the code before's 32.8%, 50.8% and 48.6% (with 37.7% and
+    43.4% in the output). The JSON holds new5, the upper of the six new runs' two middle ones."""
+    bench = load_script("release_bench")
+    share = {run: bench.update_rl({}, STATIC / run / "learning.json", "cmd", "2026-12-02")["rl_eval_share"]
+             for run in ("new4", "new5", "new6", "old3", "old4", "old5")}
+    assert share == {"new4": 0.353, "new5": 0.376, "new6": 0.451, "old3": 0.328, "old4": 0.508, "old5": 0.486}
     committed = json.loads((X2.parent / "release-h100.json").read_text())
-    assert committed["rl_eval_share"] == 0.471 and committed["details"]["rl"]["date"] == "2026-12-02"
-    assert "62a52fc" in committed["details"]["rl"]["command"] and "rl-unwrap-h200" in committed["details"]["rl"]["command"]
+    assert committed["rl_eval_share"] == share["new5"] <= 0.40 and committed["details"]["rl"]["date"] == "2026-12-02"
+    assert "52fa122" in committed["details"]["rl"]["command"] and "static-verdicts-h200" in committed["details"]["rl"]["command"]
     assert "rl_eval_share" not in committed["details"].get("kept_from", {})
 
 
