@@ -292,17 +292,33 @@ def test_the_rl_epochs_evaluation_share_on_the_current_code_is_the_committed_jso
 STATIC = X2.parent / "static-verdicts-h200"
 
 
-def test_static_verdicts_lower_the_share_and_the_json_holds_the_new_codes_middle_run() -> None:
+def test_static_verdicts_lower_the_share() -> None:
     """Of the alternating runs whose files came back: the new code's 35.3%, 37.6% and 45.1% (three more, in
     the call's output only: 31.0%, 38.2%, 36.5%), the code before's 32.8%, 50.8% and 48.6% (with 37.7% and
-    43.4% in the output). The JSON holds new5, the upper of the six new runs' two middle ones."""
+    43.4% in the output). The JSON held new5, the upper of the six new runs' two middle ones, until the
+    runs below."""
     bench = load_script("release_bench")
     share = {run: bench.update_rl({}, STATIC / run / "learning.json", "cmd", "2026-12-02")["rl_eval_share"]
              for run in ("new4", "new5", "new6", "old3", "old4", "old5")}
     assert share == {"new4": 0.353, "new5": 0.376, "new6": 0.451, "old3": 0.328, "old4": 0.508, "old5": 0.486}
+
+
+# then with an all-finite chunk's comparison figures in one device read, after the GPU suite, one H200,
+# 2026-12-02 (docs/gpu-runs.md#2026-12-02-compare-one-read)
+ONE_READ = X2.parent / "compare-one-read-h200"
+
+
+def test_the_json_holds_the_median_of_three_epochs_on_the_current_code() -> None:
+    """Three runs on ec6b0c3: 38.4%, 22.2% and 31.7%; the JSON holds the median run's (c3), after the GPU
+    suite passed on the same tree."""
+    bench = load_script("release_bench")
+    share = [bench.update_rl({}, ONE_READ / run / "learning.json", "cmd", "2026-12-02")["rl_eval_share"]
+             for run in ("c1", "c2", "c3")]
+    assert share == [0.384, 0.222, 0.317]
+    assert "115 passed" in (ONE_READ / "gpu-tests.log").read_text()
     committed = json.loads((X2.parent / "release-h100.json").read_text())
-    assert committed["rl_eval_share"] == share["new5"] <= 0.40 and committed["details"]["rl"]["date"] == "2026-12-02"
-    assert "52fa122" in committed["details"]["rl"]["command"] and "static-verdicts-h200" in committed["details"]["rl"]["command"]
+    assert committed["rl_eval_share"] == sorted(share)[1] <= 0.40 and committed["details"]["rl"]["date"] == "2026-12-02"
+    assert "ec6b0c3" in committed["details"]["rl"]["command"] and "compare-one-read-h200" in committed["details"]["rl"]["command"]
     assert "rl_eval_share" not in committed["details"].get("kept_from", {})
 
 
