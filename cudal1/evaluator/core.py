@@ -34,7 +34,8 @@ from cudal1.evaluator.closing import close_worker
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.static import STATIC_KEY, StaticReport, check_source, tunes_itself
+from cudal1.evaluator.static import STATIC_KEY, check_source, tunes_itself
+from cudal1.evaluator.static import summary as static_summary
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
 from cudal1.evaluator.trials import measure
 from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
@@ -227,22 +228,17 @@ def static_verdict(problem: Problem, candidate: Candidate, config: EvalConfig) -
     if not config.static_checks:
         return None
     started = time.perf_counter()
-    report = check_source(candidate.source)
-    if not (report.syntax_error or report.rejected):
+    syntax_error, rejected, reason, flags = static_summary(candidate.source)  # one parse, shared with screen()
+    if not (syntax_error or rejected):
         return None
-    found = _static(_base(problem, candidate, config), report, started)
-    return replace(found, extra=found.extra | {STATIC_KEY: True})
+    return replace(_base(problem, candidate, config), status=Status.COMPILE_ERROR if syntax_error else Status.REJECTED,
+                   reason=reason, flags=flags, eval_s=time.perf_counter() - started, extra={STATIC_KEY: True})
 
 
 def _base(problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
     return Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, device=config.device,
                       device_name=device_name(config.device), config_hash=config.hash,
                       problem_sha256=problem.sha256, candidate_sha256=candidate.sha256)
-
-
-def _static(base: Evaluation, report: StaticReport, started: float) -> Evaluation:
-    status = Status.COMPILE_ERROR if report.syntax_error else Status.REJECTED
-    return replace(base, status=status, reason=report.reason, flags=report.flags, eval_s=time.perf_counter() - started)
 
 
 def evaluate_candidate(
@@ -275,7 +271,9 @@ def evaluate_candidate(
             if prepared is not None:
                 prepared.close()
                 shutil.rmtree(prepared.workdir.parent, ignore_errors=True)
-            return _static(base, report, started)
+            status = Status.COMPILE_ERROR if report.syntax_error else Status.REJECTED
+            return replace(base, status=status, reason=report.reason, flags=report.flags,
+                           eval_s=time.perf_counter() - started)
         static_flags = report.flags
     own_reference = reference is None
     reference = reference or ReferenceSession(problem, config)

@@ -361,10 +361,17 @@ def check_source(source: str, filename: str = "<candidate>") -> StaticReport:
 
 
 @functools.lru_cache(maxsize=512)
+def summary(source: str) -> tuple[str, bool, str, tuple[str, ...]]:
+    """:func:`check_source`'s syntax error, whether it rejects ``source``, its reason and its flags; cached by
+    source. A batch asks this of every candidate before its device loops start (core.static_verdict), and
+    its device loop of every coming candidate at every row (about 3 ms a parse on a release program); the
+    report itself is mutable, so only these are kept."""
+    report = check_source(source)
+    return report.syntax_error, bool(report.rejected), report.reason, report.flags
+
+
 def screen(source: str) -> tuple[bool, tuple[str, ...]]:
     """Whether :func:`check_source` finds a reason to reject ``source`` (a syntax error is the compile
-    step's verdict, not one of these), and its flags; cached by source. A batch's device loop asks this of
-    every coming candidate at every row (about 3 ms a parse on a release program), and the report itself
-    is mutable, so only these two are kept."""
-    report = check_source(source)
-    return bool(report.rejected), report.flags
+    step's verdict, not one of these), and its flags (:func:`summary`, cached)."""
+    _, rejected, _, flags = summary(source)
+    return rejected, flags
