@@ -70,7 +70,7 @@ CHUNK = 1 << 25
 def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig, chunk: int = CHUNK,
                     one_read: bool = True) -> Comparison:
     """Elementwise and relative-L2 checks, accumulated chunk by chunk in float64. ``one_read=False`` reads each
-    figure of every chunk on its own, as before (tests/test_compare_one_read.py holds the two to the same result).
+    figure of a chunk on its own, as before (tests/test_compare_one_read.py holds the two to the same result).
 
     >>> cfg = EvalConfig(device="cpu")
     >>> ref = torch.linspace(-1, 1, 1000)
@@ -97,37 +97,24 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig, ch
         r = flat_r[lo:lo + chunk].to(torch.float64)
         o = flat_o[lo:lo + chunk].to(torch.float64)
         r_finite, o_finite = torch.isfinite(r), torch.isfinite(o)
-        # Every figure of an all-finite chunk in one read (one device sync, not seven; the parent's comparisons
-        # were 14% of the device loop's samples in an RL reward call, docs/gpu-runs.md#2026-12-02-static-verdicts).
-        # A chunk with any non-finite element takes the checks below, one at a time, as before.
-        diff, r_abs = (o - r).abs(), r.abs()
-        allowed = atol + rtol * r_abs
-        figures = torch.stack([(~(r_finite & o_finite)).sum().to(torch.float64), diff.max(), (diff / (1 + r_abs)).max(),
-                               (diff / allowed.clamp_min(1e-300)).max(), diff.square().sum(), r.square().sum(),
-                               (diff > allowed).sum().to(torch.float64)]).tolist()
-        if one_read and figures[0] == 0:
-            finite_n += r.numel()
-            max_abs, scaled, used = max(max_abs, figures[1]), max(scaled, figures[2]), max(used, figures[3])
-            diff_sq, ref_sq, outside = diff_sq + figures[4], ref_sq + figures[5], outside + int(figures[6])
-            continue
-        if not torch.equal(r_finite, o_finite):
-            bad = int((r_finite != o_finite).sum())
-            return _fail(f"{bad} elements are NaN/Inf where the reference is finite (or the reverse)")
-        if not r_finite.all():
+        # An all-finite chunk's figures and its count of non-finite elements in one device read (one sync,
+        # not seven: the parent's comparisons were 14% of the device loop's samples in an RL reward call,
+        # docs/gpu-runs.md#2026-12-02-static-verdicts).
+        nonfinite, *figures = _read([(~(r_finite & o_finite)).sum().to(torch.float64), *_figures(r, o, atol, rtol)],
+                                    one_read)
+        if nonfinite:  # NaN/Inf must sit where the reference's do and equal them; the rest is compared as usual
+            if not torch.equal(r_finite, o_finite):
+                bad = int((r_finite != o_finite).sum())
+                return _fail(f"{bad} elements are NaN/Inf where the reference is finite (or the reverse)")
             if not torch.equal(r[~r_finite].nan_to_num(), o[~o_finite].nan_to_num()):
                 return _fail("non-finite elements differ from the reference's")
             r, o = r[r_finite], o[o_finite]
-        if r.numel() == 0:
-            continue
+            if r.numel() == 0:
+                continue
+            figures = _read(_figures(r, o, atol, rtol), one_read)
         finite_n += r.numel()
-        diff, r_abs = (o - r).abs(), r.abs()
-        allowed = atol + rtol * r_abs
-        max_abs = max(max_abs, float(diff.max()))
-        scaled = max(scaled, float((diff / (1 + r_abs)).max()))
-        used = max(used, float((diff / allowed.clamp_min(1e-300)).max()))
-        diff_sq += float(diff.square().sum())
-        ref_sq += float(r.square().sum())
-        outside += int((diff > allowed).sum())
+        max_abs, scaled, used = max(max_abs, figures[0]), max(scaled, figures[1]), max(used, figures[2])
+        diff_sq, ref_sq, outside = diff_sq + figures[3], ref_sq + figures[4], outside + int(figures[5])
     if finite_n == 0:
         return Comparison(True)
     ref_norm = math.sqrt(ref_sq)
@@ -143,6 +130,21 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig, ch
                      "close in absolute terms only because the reference's values are small)", max_abs, rel_l2, scaled,
                      used)
     return Comparison(True, "", max_abs, rel_l2, scaled, used)
+
+
+def _figures(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> list[torch.Tensor]:
+    """A finite chunk's figures, as float64 scalars on its device: the largest error, the largest error over
+    (1 + |ref|), the largest share of the allowance used, the sums of squares of the error and of the
+    reference, and the number of elements outside the allowance."""
+    diff, r_abs = (o - r).abs(), r.abs()
+    allowed = atol + rtol * r_abs
+    return [diff.max(), (diff / (1 + r_abs)).max(), (diff / allowed.clamp_min(1e-300)).max(), diff.square().sum(),
+            r.square().sum(), (diff > allowed).sum().to(torch.float64)]
+
+
+def _read(values: list[torch.Tensor], one_read: bool) -> list[float]:
+    """The scalars as Python floats: in one read, or one read each (``one_read=False``, as before)."""
+    return torch.stack(values).tolist() if one_read else [float(v) for v in values]
 
 
 def inputs_unchanged(before: list[Any], after: list[Any]) -> str:

@@ -34,7 +34,7 @@ from cudal1.evaluator.closing import close_worker
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
-from cudal1.evaluator.static import STATIC_KEY, check_source, tunes_itself
+from cudal1.evaluator.static import STATIC_KEY, tunes_itself
 from cudal1.evaluator.static import summary as static_summary
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
 from cudal1.evaluator.trials import measure
@@ -227,12 +227,18 @@ def static_verdict(problem: Problem, candidate: Candidate, config: EvalConfig) -
     on the device loop's path (docs/evaluator.md, "Static verdicts before the device loop")."""
     if not config.static_checks:
         return None
-    started = time.perf_counter()
-    syntax_error, rejected, reason, flags = static_summary(candidate.source)  # one parse, shared with screen()
+    settled = _settled(_base(problem, candidate, config), candidate.source, time.perf_counter())
+    return None if settled is None else replace(settled, extra={STATIC_KEY: True})
+
+
+def _settled(base: Evaluation, source: str, started: float) -> Evaluation | None:
+    """``base`` with the static checks' verdict on ``source``, or None where they let it run. One parse a
+    source (static.summary, cached), shared by a batch's up-front check, its device loop's screen and this."""
+    syntax_error, rejected, reason, flags = static_summary(source)
     if not (syntax_error or rejected):
         return None
-    return replace(_base(problem, candidate, config), status=Status.COMPILE_ERROR if syntax_error else Status.REJECTED,
-                   reason=reason, flags=flags, eval_s=time.perf_counter() - started, extra={STATIC_KEY: True})
+    return replace(base, status=Status.COMPILE_ERROR if syntax_error else Status.REJECTED, reason=reason, flags=flags,
+                   eval_s=time.perf_counter() - started)
 
 
 def _base(problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
@@ -266,15 +272,13 @@ def evaluate_candidate(
     base = _base(problem, candidate, config)
     static_flags: tuple[str, ...] = ()
     if config.static_checks:
-        report = check_source(candidate.source)
-        if report.syntax_error or report.rejected:
+        settled = _settled(base, candidate.source, started)
+        if settled is not None:
             if prepared is not None:
                 prepared.close()
                 shutil.rmtree(prepared.workdir.parent, ignore_errors=True)
-            status = Status.COMPILE_ERROR if report.syntax_error else Status.REJECTED
-            return replace(base, status=status, reason=report.reason, flags=report.flags,
-                           eval_s=time.perf_counter() - started)
-        static_flags = report.flags
+            return settled
+        static_flags = static_summary(candidate.source)[3]
     own_reference = reference is None
     reference = reference or ReferenceSession(problem, config)
     worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
