@@ -148,10 +148,10 @@ def self_supervised_task(params: Any, problems: list, corpus: list, sink: Series
         pl.DataFrame(samples, infer_schema_length=None).write_parquet(data / f"samples-round-{r}.parquet")
         save_policy(model, tokenizer, Path(params.out_dir) / "rounds" / f"round-{r}")
 
-    with tempfile.TemporaryDirectory(prefix="cudal1-ssl-") as work:
+    with tempfile.TemporaryDirectory(prefix="cudal1-ssl-") as work, evaluator_fn(params.protocol, params.devices) as evaluate:
         model, summaries = run_self_supervised(
             model, tokenizer, {p.problem_id: p for p in problems}, pool,
-            evaluator_fn(params.protocol, params.devices), params, work, pool_path=data / "pool.parquet",
+            evaluate, params, work, pool_path=data / "pool.parquet",
             sink=sink, on_round=on_round, cache=cache, cache_path=params.pool_cache)
     pool.save(data / "pool.parquet")
     save_policy(model, tokenizer, params.out_dir)
@@ -204,11 +204,12 @@ def contrastive_rl_task(params: Any, problems: list, run_id: str, repo_root: str
         # epoch), which the core puts there itself; logging them again here made every curve appear twice.
         log_series(run_id, sink.drain(), repo_root)
 
-    model, epochs = run_contrastive_rl(
-        model, tokenizer, {p.problem_id: p for p in problems}, pool, evaluator_fn(params.protocol, params.devices),
-        params, work, pool_path=work / "pool.parquet", sink=sink, on_epoch=on_epoch,
-        load_model=lambda path: load_policy(path)[0], cache=CandidatePool.load(params.pool_cache),
-        cache_path=params.pool_cache)
+    with evaluator_fn(params.protocol, params.devices) as evaluate:  # references kept warm between reward calls
+        model, epochs = run_contrastive_rl(
+            model, tokenizer, {p.problem_id: p for p in problems}, pool, evaluate,
+            params, work, pool_path=work / "pool.parquet", sink=sink, on_epoch=on_epoch,
+            load_model=lambda path: load_policy(path)[0], cache=CandidatePool.load(params.pool_cache),
+            cache_path=params.pool_cache)
     save_policy(model, tokenizer, params.out_dir)
     data = Path(params.data_dir)
     data.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from cudal1.evaluator.core import (
     static_verdict,
 )
 from cudal1.evaluator.extensions import mentions_compile
+from cudal1.evaluator.kept import KeptReferences
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.recheck import (
     Twins,
@@ -128,6 +129,7 @@ def evaluate_many(
     costs: Mapping[str, float] | None = None,
     history: Sequence[Evaluation] | None = None,
     ahead: int = AHEAD,
+    references: KeptReferences | None = None,
 ) -> list[Evaluation]:
     """Evaluate candidates against their problems on one or more devices; returns the new evaluations
     (with results_path, the file holds the earlier ones too). ``costs`` (seconds a candidate of each
@@ -135,7 +137,9 @@ def evaluate_many(
     orders the problems largest first, so on several devices the last problems handed out are short ones
     and the devices finish together. ``history``: earlier evaluations to take those costs from, and the
     candidates whose re-check above ``recheck_above`` to expect (recheck.Twins); by default what
-    results_path holds. ``ahead``: candidates each device loads ahead of the one it times (:data:`AHEAD`)."""
+    results_path holds. ``ahead``: candidates each device loads ahead of the one it times (:data:`AHEAD`).
+    ``references``: problems' reference workers kept from earlier calls and for later ones (kept.py), as
+    the learning stages' reward calls do; None starts and closes each problem's reference here."""
     if ahead < 1:
         raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
     by_id = {p.problem_id: p for p in problems}
@@ -183,7 +187,7 @@ def evaluate_many(
 
         def run_device(device: str) -> None:
             try:
-                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead, Twins(rechecks)).run()
+                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead, Twins(rechecks), references).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -221,8 +225,10 @@ class _DeviceLoop:
     this class wires it to the evaluator and records each result."""
 
     def __init__(self, device: str, groups: Groups, builds: dict[str, Future[tuple[str, float]]], config: EvalConfig,
-                 ext_root: Path, sink: _Sink, ahead: int = AHEAD, twins: Twins | None = None) -> None:
+                 ext_root: Path, sink: _Sink, ahead: int = AHEAD, twins: Twins | None = None,
+                 references: KeptReferences | None = None) -> None:
         self.groups, self.builds, self.ahead, self.twins = groups, builds, ahead, twins or Twins(set())
+        self.references = references
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
         # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone): their loads ahead
@@ -263,7 +269,8 @@ class _DeviceLoop:
                 self.sink.add(reference_failed(problem, c, self.cfg, session))
                 ahead.drop(c)
             return
-        with session:
+        clean, finished = True, False
+        try:
             for i, c in enumerate(cands):
                 t0 = time.perf_counter()
                 # its build's own wall in the batch's pool, pauses included (builds.timed_prebuild)
@@ -280,6 +287,13 @@ class _DeviceLoop:
                 idle["row_s"] = time.perf_counter() - t1
                 self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()} | built))
                 idle = {}
+                clean = clean and not result.harness_failed
+            finished = True
+        finally:
+            # kept for the next batch only after a problem that ended without a harness failure (kept.py)
+            kept = clean and finished and self.references is not None and self.references.give(session)
+            if not kept:  # beside the device loop (closing.CLOSER); the next timing there waits for it
+                CLOSER.close(self.cfg.device, session.close)
 
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:
@@ -294,13 +308,19 @@ class _DeviceLoop:
             wait(waits)
             ahead.clear()
             self.release_ahead()
+            if self.references is not None:
+                self.references.close()  # the references kept idle for later batches hold device memory too
             CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (closing.py)
             result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result
 
     def _start_reference(self, problem: Problem) -> ReferenceSession | str:
-        """The problem's reference worker, started but not loaded; its failure as a message."""
+        """The problem's reference worker, started but not loaded (or kept warm from an earlier batch:
+        ``references``); its failure as a message."""
+        kept = self.references.take(problem, self.cfg) if self.references is not None else None
+        if kept is not None:
+            return kept
         try:
             return ReferenceSession(problem, self.cfg, load=False)
         except (ReferenceError, WorkerFailure) as exc:

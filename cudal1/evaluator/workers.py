@@ -310,6 +310,10 @@ class ReferenceSession:
     def _new_worker(self) -> WorkerProcess:
         return WorkerProcess(worker_spec(self.config, self.problem), self.root / "reference", "reference")
 
+    def healthy(self) -> bool:
+        """No failure recorded and its worker still running: fit to serve another batch (kept.py)."""
+        return not self._failure and self.worker.proc.poll() is None
+
     def close(self) -> None:
         if hasattr(self, "worker"):
             self.worker.close()

@@ -60,10 +60,11 @@ def run_rl(params_path: str) -> list[dict[str, float]]:
     model, tokenizer = load_policy(policy_source(params.policy))
     work = Path(params.work_dir) / "launch"
     main = _is_main()
-    model, epochs = run_contrastive_rl(
-        model, tokenizer, {p.problem_id: p for p in problems}, CandidatePool.load(params.pool),
-        evaluator_fn(params.protocol.with_device(devices[0]), devices), params, work,
-        pool_path=work / "pool.parquet" if main else None, load_model=lambda path: load_policy(path)[0])
+    with evaluator_fn(params.protocol.with_device(devices[0]), devices) as evaluate:
+        model, epochs = run_contrastive_rl(
+            model, tokenizer, {p.problem_id: p for p in problems}, CandidatePool.load(params.pool),
+            evaluate, params, work,
+            pool_path=work / "pool.parquet" if main else None, load_model=lambda path: load_policy(path)[0])
     if main:
         save_policy(model, tokenizer, params.out_dir)
     return epochs
