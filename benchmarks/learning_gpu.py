@@ -52,7 +52,8 @@ def measured_corpus(problems: list, protocol: Any) -> list:
     candidates = [c for p in problems for c in template_candidates(p, ["no_grad", "inference_mode", "cuda_graph"],
                                                                     gpu=True)]
     by_id = {p.problem_id: p for p in problems}
-    evaluations = evaluator_fn(protocol)([by_id[c.problem_id] for c in candidates], candidates)
+    with evaluator_fn(protocol) as evaluate:  # its references end here: the RL stage starts its own
+        evaluations = evaluate([by_id[c.problem_id] for c in candidates], candidates)
     return [PoolEntry.from_evaluation(c, e, "corpus") for c, e in zip(candidates, evaluations, strict=True) if e.ok]
 
 
@@ -63,6 +64,8 @@ def main() -> None:
     parser.add_argument("--sft-epochs", type=float, default=20)
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--out", default="/tmp/cudal1-learning-gpu")
+    parser.add_argument("--rl-epochs", type=int, default=1,
+                        help="RL epochs; each one's split goes to rl_epochs (rl_epoch stays the first)")
     args = parser.parse_args()
     # TRL's trainers refuse a process that sees several GPUs (they would wrap the model in DataParallel): on
     # a two-GPU host this run stopped at SFT (docs/gpu-runs.md#2026-11-29-two-gpu-healed). Only the asked
@@ -104,16 +107,37 @@ def main() -> None:
 
     clock = Stopwatch()
     model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
-    evaluate = clock.wrap("evaluation", evaluator_fn(protocol))
-    settings = RLSettings(epochs=1, num_generations=args.generations, prompts_per_step=3, max_new_tokens=160,
-                          temperature=1.0, learning_rate=2e-4)
+    evaluate_fn = evaluator_fn(protocol)
+    evaluate = clock.wrap("evaluation", evaluate_fn)
+    settings = RLSettings(epochs=args.rl_epochs, num_generations=args.generations, prompts_per_step=3,
+                          max_new_tokens=160, temperature=1.0, learning_rate=2e-4)
+    splits: list[dict[str, float]] = []
+    marks = {"t": time.perf_counter(), "generation": 0.0, "evaluation": 0.0}
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        """Each epoch's split: the clock's seconds since the epoch before (the reward calls of later epochs
+        take the problems' references kept by the evaluator, kept.py)."""
+        now = time.perf_counter()
+        split = {k: clock.seconds.get(k, 0.0) - marks[k] for k in ("generation", "evaluation")}
+        total = now - marks["t"]
+        splits.append({"generation_s": split["generation"], "evaluation_s": split["evaluation"],
+                       "training_and_other_s": total - sum(split.values()), "total_s": total})
+        marks.update({"t": now, **{k: clock.seconds.get(k, 0.0) for k in ("generation", "evaluation")}})
+
     t0 = time.perf_counter()
-    model, epochs = run_contrastive_rl(model, tokenizer, {p.problem_id: p for p in problems}, CandidatePool(corpus),
-                                       evaluate, settings, out / "rl")
-    total = time.perf_counter() - t0
+    try:
+        model, epochs = run_contrastive_rl(model, tokenizer, {p.problem_id: p for p in problems},
+                                           CandidatePool(corpus), evaluate, settings, out / "rl", on_epoch=on_epoch)
+        total = time.perf_counter() - t0
+    finally:
+        evaluate_fn.close()
     split = {"generation_s": clock.seconds.get("generation", 0.0), "evaluation_s": clock.seconds.get("evaluation", 0.0)}
     split["training_and_other_s"] = total - sum(split.values())
-    report["rl_epoch"] = epochs[0] | split | {"total_s": total}
+    # one epoch: its split as it always was, to the run's end; several: each epoch's, to its own end
+    report["rl_epoch"] = epochs[0] | (split | {"total_s": total} if args.rl_epochs == 1 else splits[0])
+    if args.rl_epochs > 1:
+        report["rl_epochs"] = [e | part for e, part in zip(epochs, splits, strict=True)]
+        report["rl_total_s"] = total
     print(json.dumps(report, default=float))
 
 

@@ -29,6 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
 _local = threading.local()
+# A batch's start-up steps, as (step, start, seconds) from the batch's start (CALL_START), in any thread
+TIMELINE: list[tuple[str, float, float]] = []
+CALL_START = [0.0]
+STARTUP = ("spawn", "wait_ready", "call:load", "call:warm", "reference._load")
 
 
 def _timed(name: str | None, fn: Any, by_command: bool = False) -> Any:
@@ -52,6 +56,8 @@ def _timed(name: str | None, fn: Any, by_command: bool = False) -> Any:
             inner = stack.pop()
             SECONDS[label] += spent - inner
             CALLS[label] += 1
+            if label.split(" ")[-1] in STARTUP:
+                TIMELINE.append((label, round(t0 - CALL_START[0], 3), round(spent, 3)))
             if stack:
                 stack[-1] += spent
 
@@ -62,6 +68,9 @@ def instrument() -> None:
     from cudal1.evaluator import checks, process, trials, workers
 
     process.WorkerProcess.call = _timed(None, process.WorkerProcess.call, by_command=True)
+    process.WorkerProcess.__init__ = _timed("spawn", process.WorkerProcess.__init__)
+    process.WorkerProcess.wait_ready = _timed("wait_ready", process.WorkerProcess.wait_ready)
+    workers.ReferenceSession._load = _timed("reference._load", workers.ReferenceSession._load)
     for name in ("wait_asleep", "wait_stopped", "pause", "resume"):
         setattr(process.WorkerProcess, name, _timed(f"worker.{name}", getattr(process.WorkerProcess, name)))
     for name in ("compare_fingerprints", "compare_outputs", "candidate_payload", "check_integrity", "sample",
@@ -138,6 +147,7 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=4, help="first N starter problems")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--worker", type=int, default=0, help="profile a worker's side for the first N problems")
+    ap.add_argument("--no-instrument", action="store_true", help="walls only: nothing wrapped")
     ap.add_argument("--keep", action="store_true",
                     help="odd repeats keep their references for the next odd one (kept.KeptReferences)")
     args = ap.parse_args()
@@ -145,7 +155,8 @@ def main() -> None:
         print(json.dumps({"device": args.device, "worker": worker_side(args.device, args.worker)}, indent=1))
         return
 
-    instrument()
+    if not args.no_instrument:
+        instrument()
     from cudal1.candidates import Candidate
     from cudal1.evaluator import evaluate_many
     from cudal1.evaluator.config import EvalConfig
@@ -160,6 +171,7 @@ def main() -> None:
     walls: list[float] = []
     arms: list[str] = []
     ends: list[list[float]] = []
+    timelines: list[list[tuple[str, float, float]]] = []
     for rep in range(args.repeats):
         if rep == 1:  # the first repeat pays the fork server's start and first uses: not counted
             SECONDS.clear()
@@ -171,12 +183,15 @@ def main() -> None:
         # one, which takes them (repeat 1 fills the pool: "priming", like repeat 0 not counted as an arm)
         references = kept if args.keep and rep % 2 else None
         started = time.perf_counter()
+        CALL_START[0] = started
+        TIMELINE.clear()
         recorded: list[float] = []
         found = evaluate_many(problems, candidates, config, references=references,
                               progress=lambda e, r=recorded, t=started: r.append(round(time.perf_counter() - t, 3)))
         walls.append(round(time.perf_counter() - started, 3))
         arms.append("priming" if args.keep and rep == 1 else "kept" if references is not None else "fresh")
         ends.append(recorded)
+        timelines.append(sorted(TIMELINE, key=lambda t: t[1]))
         for e in found:
             x = e.extra
             rows.append({"repeat": rep, "problem": e.problem_id, "status": e.status.value, "row_s": x.get("row_s"),
@@ -188,7 +203,8 @@ def main() -> None:
     timing = sum(r["timing_s"] for r in counted)
     trials_n = sum(r["trials"] or 0 for r in counted)
     print(json.dumps({
-        "device": args.device, "walls_s": walls, "arms": arms, "recorded_at_s": ends, "rows": rows,
+        "device": args.device, "walls_s": walls, "arms": arms, "recorded_at_s": ends, "startup": timelines,
+        "rows": rows,
         "timing_s": round(timing, 3), "batches_s": round(sum(r["batches_s"] for r in counted), 3),
         "trials": trials_n,
         "steps": {k: {"calls": CALLS[k], "s": round(v, 4), "ms_per_call": round(1e3 * v / max(CALLS[k], 1), 3)}
