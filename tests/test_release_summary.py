@@ -312,9 +312,10 @@ ONE_READ = X2.parent / "compare-one-read-h200"
 FINAL = X2.parent / "final-tree-h200"
 
 
-def test_the_json_holds_the_middle_of_four_epochs_on_the_current_code() -> None:
-    """Three runs on ec6b0c3: 38.4%, 22.2%, 31.7%; four on c6e9c06: 33.3%, 28.4%, 32.0%, 48.7%. The JSON
-    holds the upper of the four's two middle runs (f1), after the GPU suite passed on both trees."""
+def test_four_epochs_on_the_closing_tree_of_the_static_verdicts() -> None:
+    """Three runs on ec6b0c3: 38.4%, 22.2%, 31.7%; four on c6e9c06: 33.3%, 28.4%, 32.0%, 48.7% (the JSON held
+    f1, the upper of the two middle runs, until the runs on the kept references below), after the GPU suite
+    passed on both trees."""
     bench = load_script("release_bench")
     before = [bench.update_rl({}, ONE_READ / run / "learning.json", "cmd", "2026-12-02")["rl_eval_share"]
               for run in ("c1", "c2", "c3")]
@@ -323,10 +324,33 @@ def test_the_json_holds_the_middle_of_four_epochs_on_the_current_code() -> None:
              for run in ("f1", "f2", "f3", "f4")]
     assert share == [0.333, 0.284, 0.32, 0.487]
     assert all("115 passed" in (d / "gpu-tests.log").read_text() for d in (ONE_READ, FINAL))
+
+
+# the references kept between reward calls (kept.py), after the GPU suite on that tree, 2026-12-02
+# (docs/gpu-runs.md#2026-12-02-kept-references)
+KEPT = X2.parent / "kept-references-h200"
+
+
+def test_the_json_holds_the_median_of_three_epochs_on_the_current_code() -> None:
+    bench = load_script("release_bench")
+    share = [bench.update_rl({}, KEPT / run / "learning.json", "cmd", "2026-12-02")["rl_eval_share"]
+             for run in ("l1", "l2", "l3")]
+    assert share == [0.193, 0.255, 0.345]
+    assert "116 passed" in (KEPT / "gpu-tests.log").read_text()
     committed = json.loads((X2.parent / "release-h100.json").read_text())
-    assert committed["rl_eval_share"] == sorted(share)[2] <= 0.40 and committed["details"]["rl"]["date"] == "2026-12-02"
-    assert "c6e9c06" in committed["details"]["rl"]["command"] and "final-tree-h200" in committed["details"]["rl"]["command"]
+    assert committed["rl_eval_share"] == sorted(share)[1] <= 0.40 and committed["details"]["rl"]["date"] == "2026-12-02"
+    assert "2c116cc" in committed["details"]["rl"]["command"] and "kept-references-h200" in committed["details"]["rl"]["command"]
     assert "rl_eval_share" not in committed["details"].get("kept_from", {})
+
+
+def test_reward_calls_with_kept_references_end_sooner() -> None:
+    """trial_split.py --keep on the same host: each call with the references kept ended before every call
+    that started and closed its own."""
+    runs = json.loads((KEPT / "keep.json").read_text())
+    walls = {arm: [w for a, w in zip(runs["arms"], runs["walls_s"]) if a == arm] for arm in ("fresh", "kept")}
+    fresh = walls["fresh"][1:]  # the first fresh call also paid the fork server's start
+    assert len(fresh) == len(walls["kept"]) == 3 and max(walls["kept"]) < min(fresh)
+    assert all(r["status"] == "ok" for r in runs["rows"])
 
 
 # re-measurements that stop once they agree, each release run one process from first row to last, a fourth
