@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import cudal1.evaluator.batch as batch
-import cudal1.evaluator.schedule as schedule
 from cudal1.candidates import Candidate, Evaluation, Status, save_evaluations
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import device_name
@@ -106,42 +105,4 @@ def test_a_groups_first_candidate_loads_beside_its_reference() -> None:
         assert sorted(loads) == ["worker p.0", "worker p.1", "worker p.2"]
         ahead.start_group((problem, cands[1], reference), [(problem, cands[2], reference)])
         assert sorted(loads) == ["worker p.0", "worker p.1", "worker p.2"]  # already loading: nothing sent
-        ahead.clear()
-
-
-def test_a_groups_first_candidate_starts_alone_before_the_coming_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers started together do not start in parallel (docs/gpu-runs.md#2026-12-02-kept-references): the
-    first candidate's worker starts first, and the coming ones only once it is ready, or once FIRST_ALONE_S
-    has passed (a torch.compile program's start is not waited out)."""
-    problem = Problem("p", 1, "p", "x")
-    cands = [Candidate("p", f"# {i}\n", candidate_id=f"p.{i}") for i in range(3)]
-    reference = _done("ref p")
-    events: list[str] = []
-    polls = {"n": 0}
-
-    def ready(worker: str) -> bool:
-        polls["n"] += 1
-        ok = polls["n"] >= 3
-        events.append(f"ready {worker}: {ok}")
-        return ok
-
-    with ThreadPoolExecutor(max_workers=4) as loader:
-        ahead: RunAhead[str] = RunAhead(lambda p, c: events.append(f"start {c.candidate_id}") or c.candidate_id,
-                                        lambda w, f: {"ok": True}, lambda f: None, lambda c: True, loader,
-                                        discard=lambda w: None, ready=ready)
-        ahead.start_group((problem, cands[0], reference), [(problem, c, reference) for c in cands[1:]])
-        started = [e for e in events if e.startswith("start")]
-        assert started == ["start p.0", "start p.1", "start p.2"]
-        # p.0 was polled until it said it was ready, and only then did p.1 start
-        assert events.index("ready p.0: True") < events.index("start p.1")
-        ahead.clear()
-
-    # a start that never says it is ready holds the others for FIRST_ALONE_S only
-    monkeypatch.setattr(schedule, "FIRST_ALONE_S", 0.05)
-    with ThreadPoolExecutor(max_workers=4) as loader:
-        ahead = RunAhead(lambda p, c: c.candidate_id, lambda w, f: {"ok": True}, lambda f: None, lambda c: True,
-                         loader, discard=lambda w: None, ready=lambda w: False)
-        t0 = time.monotonic()
-        ahead.start_group((problem, cands[0], reference), [(problem, c, reference) for c in cands[1:]])
-        assert 0.05 <= time.monotonic() - t0 < 1.0 and len(ahead.started) == 3
         ahead.clear()

@@ -28,11 +28,6 @@ from cudal1.problems import Problem
 Group = tuple[Problem, list[Candidate], Future]  # a problem, its candidates, its reference starting
 Coming = tuple[Problem, Candidate, Future]  # a candidate to get ready, with its problem's reference
 W = TypeVar("W")
-# How long a group's first candidate, started with nothing ready ahead, starts alone before the workers after it
-# start: workers started together do not start in parallel (an H200's forked worker was ready after 0.36 s alone,
-# 0.71 s beside three more, docs/gpu-runs.md#2026-12-02-kept-references), and the first is the one the device
-# waits for. Bounded: a torch.compile program's start (5-11 s) is not waited out.
-FIRST_ALONE_S = 0.75
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -230,17 +225,9 @@ class RunAhead(Generic[W]):
         """A group's first candidate that nothing got ready ahead (a device's first group, or one after a
         retry alone): its worker starts and loads beside its reference's load, not after it. The first
         row of a run waited 2.2 s for its candidate once its reference was loaded
-        (docs/gpu-runs.md#2026-11-26-two-gpu-costs). It starts alone, the coming ones once its start is over
-        (:data:`FIRST_ALONE_S`): an RL reward call's first program waited for all four workers' starts."""
+        (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
         if id(first[1]) not in self.started:
-            problem, c, _f = first
-            if self.startable(c) and any(id(u) not in self.started and self.startable(u) for _p, u, _r in coming):
-                # alone first (FIRST_ALONE_S): the others' starts would lengthen its own
-                self.started[id(c)] = Ahead(self.start(problem, c))
-                deadline = time.monotonic() + FIRST_ALONE_S
-                while not self.ready(self.started[id(c)].worker) and time.monotonic() < deadline:
-                    time.sleep(0.002)
-            self.prepare([first, *coming], problem)
+            self.prepare([first, *coming], first[0])
 
     def prepare(self, upcoming: list[Coming], problem: Problem) -> list[Future]:
         """Get ``upcoming`` ready while ``problem``'s current candidate runs: workers no longer coming go,
