@@ -21,8 +21,8 @@ Standard library only (a session is only named, for its type)."""
 
 from __future__ import annotations
 
-import atexit
 import threading
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,8 @@ class KeptReferences:
         self._held: OrderedDict[tuple[str, str], ReferenceSession] = OrderedDict()
         self._lock = threading.Lock()
         self.taken = 0  # sessions handed out again (what the tests and benchmarks read)
-        atexit.register(self.close)
+        # closed when this pool goes, or at exit, whichever comes first: not a reference held until exit
+        weakref.finalize(self, _close_held, self._held, self._lock)
 
     def __len__(self) -> int:
         with self._lock:
@@ -93,14 +94,19 @@ class KeptReferences:
         return True
 
     def close(self) -> None:
-        """Close every kept session (at exit too: atexit)."""
-        with self._lock:
-            held, self._held = list(self._held.values()), OrderedDict()
-        for session in held:
-            session.close()
+        """Close every kept session (also when the pool is collected, and at exit)."""
+        _close_held(self._held, self._lock)
 
     def __enter__(self) -> KeptReferences:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_held(held: OrderedDict[tuple[str, str], ReferenceSession], lock: threading.Lock) -> None:
+    with lock:
+        sessions = list(held.values())
+        held.clear()
+    for session in sessions:
+        session.close()
