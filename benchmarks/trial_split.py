@@ -65,7 +65,7 @@ def _timed(name: str | None, fn: Any, by_command: bool = False) -> Any:
 
 
 def instrument() -> None:
-    from cudal1.evaluator import checks, process, trials, workers
+    from cudal1.evaluator import process, trials, workers
 
     process.WorkerProcess.call = _timed(None, process.WorkerProcess.call, by_command=True)
     process.WorkerProcess.__init__ = _timed("spawn", process.WorkerProcess.__init__)
@@ -77,7 +77,6 @@ def instrument() -> None:
                  "check_reply", "external_wait_s", "calls_per_trial", "_check_idle"):
         if hasattr(trials, name):
             setattr(trials, name, _timed(f"trials.{name}", getattr(trials, name)))
-    checks.check_integrity = _timed("trials.check_integrity", checks.check_integrity)
     workers.ReferenceSession._payload = _timed("reference._payload", workers.ReferenceSession._payload)
     trials._trial = _timed("trials._trial (rest)", trials._trial)
     trials._calibrate = _timed("trials._calibrate (rest)", trials._calibrate)

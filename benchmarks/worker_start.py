@@ -35,12 +35,16 @@ def main() -> None:
 
     out: dict[str, object] = {"device": args.device}
     device = torch.device(args.device)
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     t0 = time.perf_counter()
     torch.zeros(1, device=device)
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    sync()
     t1 = time.perf_counter()
     warm_kernels(device)
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    sync()
     t2 = time.perf_counter()
     out["this_process"] = {"first_cuda_use_s": round(t1 - t0, 3), "warm_kernels_s": round(t2 - t1, 3)}
 

@@ -269,7 +269,7 @@ class _DeviceLoop:
                 self.sink.add(reference_failed(problem, c, self.cfg, session))
                 ahead.drop(c)
             return
-        clean, finished = True, False
+        clean = True  # no harness failure among the problem's evaluations: its reference may be kept
         try:
             for i, c in enumerate(cands):
                 t0 = time.perf_counter()
@@ -288,12 +288,11 @@ class _DeviceLoop:
                 self.sink.add(replace(result, extra=result.extra | {k: round(v, 3) for k, v in idle.items()} | built))
                 idle = {}
                 clean = clean and not result.harness_failed
-            finished = True
-        finally:
-            # kept for the next batch only after a problem that ended without a harness failure (kept.py)
-            kept = clean and finished and self.references is not None and self.references.give(session)
-            if not kept:  # beside the device loop (closing.CLOSER); the next timing there waits for it
-                CLOSER.close(self.cfg.device, session.close)
+        except BaseException:
+            session.close_beside()
+            raise
+        if not (clean and self.references is not None and self.references.give(session)):
+            session.close_beside()
 
     def _measure(self, problem: Problem, c: Candidate, session: ReferenceSession, ahead: RunAhead[WorkerProcess],
                  waits: list[Future], **prepared: Any) -> Evaluation:

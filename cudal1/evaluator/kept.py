@@ -26,8 +26,6 @@ import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from cudal1.evaluator.closing import CLOSER
-
 if TYPE_CHECKING:
     from cudal1.evaluator.config import EvalConfig
     from cudal1.evaluator.workers import ReferenceSession
@@ -67,14 +65,11 @@ class KeptReferences:
         gone is closed here, not handed out."""
         with self._lock:
             session = self._held.pop(_key(problem, config), None)
-        if session is None:
-            return None
-        if not session.healthy():
+            healthy = session is not None and session.healthy()
+            self.taken += healthy
+        if session is not None and not healthy:
             session.close()
-            return None
-        with self._lock:
-            self.taken += 1
-        return session
+        return session if healthy else None
 
     def give(self, session: ReferenceSession) -> bool:
         """Keep a session whose problem ended cleanly; False when it is not kept (the caller closes it)."""
@@ -89,8 +84,8 @@ class KeptReferences:
             self._held[key] = session
             while len(self._held) > self.keep:
                 evicted.append(self._held.popitem(last=False)[1])
-        for other in evicted:  # beside the device loop within a batch (closing.CLOSER), as any close
-            CLOSER.close(other.config.device, other.close)
+        for other in evicted:
+            other.close_beside()
         return True
 
     def close(self) -> None:

@@ -323,9 +323,13 @@ class ReferenceSession:
     def __enter__(self) -> ReferenceSession:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        # a batch's problem ends: beside its device loop (closing.CLOSER), the next timing there waits for it
+    def close_beside(self) -> None:
+        """Close beside the device loop within a batch (closing.CLOSER; the next timing there waits for it),
+        at once outside one: a batch's problem ends, or a kept reference is let go (kept.py)."""
         CLOSER.close(self.config.device, self.close)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_beside()
 
 
 class ReferenceError(RuntimeError):
