@@ -127,7 +127,12 @@ extern "C" __global__ void cudal1_sums(const void* x, int dtype, long long n, co
   const long long row = blockIdx.y;
   const long long base = row * n, shift = offsets[row];
   double s = 0, l1 = 0, ws = 0, sq = 0;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+  // (e / stride) % size carried from one grid step to the next: a 64-bit division and modulo per element
+  // made this kernel a third of a large-output batch's device time (docs/gpu-runs.md#2026-12-02-batch-profile)
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+  const long long step_r = step % stride, step_q = (step / stride) % size;
+  long long r = first % stride, q = (first / stride) % size;  // e % stride, (e / stride) % size
+  for (long long e = first; e < n; e += step) {
     double v;
     switch (dtype) {
       case F16: v = (double)__half2float(static_cast<const __half*>(x)[base + e]); break;
@@ -135,11 +140,18 @@ extern "C" __global__ void cudal1_sums(const void* x, int dtype, long long n, co
       case F64: v = load<double>(x, base + e); break;
       default: v = load<float>(x, base + e); break;
     }
-    const double w = (double)(p[e] * a[shift + (e / stride) % size]);
+    const double w = (double)(p[e] * a[shift + q]);
     s += v;
     l1 += fabs(v);
     ws += v * w;
     sq += v * v;
+    r += step_r;
+    q += step_q;
+    if (r >= stride) {
+      r -= stride;
+      q += 1;
+    }
+    if (q >= size) q -= size;  // q < size and step_q < size before the step: one wrap at most
   }
   const int t = threadIdx.x;
   acc[0][t] = s; acc[1][t] = l1; acc[2][t] = ws; acc[3][t] = sq;
