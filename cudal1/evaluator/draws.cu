@@ -128,7 +128,7 @@ extern "C" __global__ void cudal1_sums(const void* x, int dtype, long long n, co
   const long long base = row * n, shift = offsets[row];
   double s = 0, l1 = 0, ws = 0, sq = 0;
   // (e / stride) % size carried from one grid step to the next: a 64-bit division and modulo per element
-  // made this kernel a third of a large-output batch's device time (docs/gpu-runs.md#2026-12-02-batch-profile)
+  // cost a quarter of this kernel's device time on large outputs (docs/gpu-runs.md#2026-12-02-batch-profile)
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
   const long long step_r = step % stride, step_q = (step / stride) % size;
   long long r = first % stride, q = (first / stride) % size;  // e % stride, (e / stride) % size
