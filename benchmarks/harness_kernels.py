@@ -1,6 +1,6 @@
 """The harness's own kernels on a large tensor against the device's memory roof: the fingerprint sums
-(device_draws.DeviceDraws.sums) at the grid it launches and at larger ones, a draw of normal values
-(DeviceDraws.fill) against torch's normal_, and a plain copy of the same bytes. Device ms by CUDA
+(device_draws.DeviceDraws.sums) at 4 to 32 blocks per SM, the draws of each kind (DeviceDraws.fill)
+against torch's in-place draws of the same distribution, and a plain copy of the same bytes. Device ms by CUDA
 events, median of repeats.
 
     PYTHONPATH=. python3 benchmarks/harness_kernels.py --device cuda:0 --numel 67108864 --json $OUT/kernels.json
@@ -58,22 +58,30 @@ def main() -> None:
     copy_to = torch.empty_like(x)
     report["copy_ms"] = _device_ms(lambda: copy_to.copy_(x), args.repeats)  # reads and writes n floats
     report["roof_read_ms"] = round(report["copy_ms"] / 2, 4)  # type: ignore[operator]
-    sms = kernels.sms
     sums = {}
     reference = kernels.sums(x, p, a, offsets, 1, n)
-    for scale in (1, 2, 4, 8, 16):
-        kernels.sms = sms * scale  # the sums' grid is 4 blocks per SM (per row) at scale 1
+    launched = device_draws.SUMS_BLOCKS_PER_SM
+    for per_sm in (4, 8, 16, 32):  # blocks per SM over the rows; the kernels launch SUMS_BLOCKS_PER_SM
+        device_draws.SUMS_BLOCKS_PER_SM = per_sm
         got = kernels.sums(x, p, a, offsets, 1, n)
-        sums[f"grid_x{scale}"] = {"ms": _device_ms(lambda: kernels.sums(x, p, a, offsets, 1, n), args.repeats),
-                                  "max_rel_diff": float(((got - reference).abs() / reference.abs().clamp_min(1e-30)).max())}
-    kernels.sms = sms
+        sums[f"blocks_per_sm_{per_sm}"] = {
+            "ms": _device_ms(lambda: kernels.sums(x, p, a, offsets, 1, n), args.repeats),
+            "max_rel_diff": float(((got - reference).abs() / reference.abs().clamp_min(1e-30)).max())}
+    device_draws.SUMS_BLOCKS_PER_SM = launched
+    report["sums_blocks_per_sm_launched"] = launched
     report["sums"] = sums
     report["sums_read_gb"] = round(n * 5 / 1e9, 3)  # float32 values and int8 weights
-    draw = device_draws.Draw(kind=0, shape=(n,), dtype=torch.float32, low=0, high=0)
-    out = torch.empty(n, device=device)
     kernels.start(1)
-    report["draw_normal_ms"] = _device_ms(lambda: kernels.fill(out, draw, 0), args.repeats)
-    report["torch_randn_ms"] = _device_ms(lambda: out.normal_(), args.repeats)
+    draws = {  # (kind, dtype) -> the torch call that makes the same distribution in place
+        "normal_f32": (0, torch.float32, lambda t: t.normal_()), "normal_f16": (0, torch.float16, lambda t: t.normal_()),
+        "normal_f64": (0, torch.float64, lambda t: t.normal_()), "uniform_f32": (1, torch.float32, lambda t: t.uniform_()),
+        "integer_i64": (2, torch.int64, lambda t: t.random_(0, 10))}
+    for name, (kind, dtype, theirs) in draws.items():
+        draw = device_draws.Draw(kind=kind, shape=(n,), dtype=dtype, low=0, high=10 if kind == 2 else 0)
+        out = torch.empty(n, device=device, dtype=dtype)
+        report[f"draw_{name}_ms"] = _device_ms(lambda out=out, draw=draw: kernels.fill(out, draw, 0), args.repeats)
+        report[f"torch_{name}_ms"] = _device_ms(lambda out=out, theirs=theirs: theirs(out), args.repeats)
+    out = torch.empty(n, device=device)
     report["zero_ms"] = _device_ms(lambda: out.zero_(), args.repeats)
     print(json.dumps(report, indent=1))
     if args.json:

@@ -1,7 +1,7 @@
 // The timed calls' random inputs, drawn on the device from a counter the device advances itself
 // (cudal1/evaluator/device_draws.py). Philox4x32-10 (Salmon et al., SC'11) keyed by the batch's seed;
-// each element's counter is (element index, draw index, call counter), so every call, draw and element
-// gets its own block of the stream. Distributions as torch's factories give them: randn (Box-Muller),
+// each block of values has the counter (block index, draw index, call counter), so every call, draw and
+// value gets its own part of the stream. Distributions as torch's factories give them: randn (Box-Muller),
 // rand in [0, 1) with the dtype's own resolution, randint in [low, high).
 //
 // No torch headers: compiled by nvcc into a fatbin that the worker loads through the driver API.
@@ -53,37 +53,74 @@ __device__ __forceinline__ void put(void* out, long long i, T value, int dtype) 
   }
 }
 
-// key[0]: the batch's seed; key[1]: the call counter (advanced by cudal1_begin before a call's draws)
+// The values one Philox block gives: two Box-Muller pairs (both outputs of each), four uniforms on a 32-bit
+// word each, or two float64 or integer values on two words each. One value per block, as this kernel drew
+// before, spent 2.8x torch's normal_ on 64M float32 values (docs/gpu-runs.md#2026-12-02-batch-profile).
+__device__ __forceinline__ int per_block(int kind, int dtype) { return (dtype == F64 || kind == INTEGER) ? 2 : 4; }
+
+template <typename T>
+__device__ __forceinline__ void put_all(void* out, long long i, long long n, const T* v, int count, int dtype) {
+  for (int k = 0; k < count && i + k < n; ++k) put(out, i + k, v[k], dtype);
+}
+
+// key[0]: the batch's seed; key[1]: the call counter (advanced by cudal1_begin before a call's draws).
+// Block g of a draw holds its values g * per .. g * per + per - 1; its counter is (g, draw index, call).
 extern "C" __global__ void cudal1_draw(void* out, long long n, int kind, int dtype, long long low, long long high,
                                        const unsigned long long* key, int draw) {
   const unsigned long long seed = key[0], call = key[1];
   const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32) ^ (uint32_t)(call >> 32);
+  const int per = per_block(kind, dtype);
+  const long long blocks = (n + per - 1) / per;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const Block r = philox((uint32_t)i, (uint32_t)(i >> 32), (uint32_t)draw, (uint32_t)call, k0, k1);
-    if (kind == NORMAL) {
-      if (dtype == F64) {
-        const double u1 = 1.0 - unit53(r.v[0], r.v[1]), u2 = unit53(r.v[2], r.v[3]);  // u1 in (0, 1]
-        put(out, i, sqrt(-2.0 * log(u1)) * cospi(2.0 * u2), dtype);
-      } else {
-        const float u1 = 1.0f - unit(r.v[0], 24), u2 = unit(r.v[1], 24);
-        put(out, i, sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2), dtype);
+  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < blocks; g += stride) {
+    const Block r = philox((uint32_t)g, (uint32_t)(g >> 32), (uint32_t)draw, (uint32_t)call, k0, k1);
+    const long long i = g * per;
+    if (kind == INTEGER) {
+      const unsigned long long range = (unsigned long long)(high - low);
+      long long v[2];
+      for (int k = 0; k < 2; ++k) {
+        const unsigned long long u = ((unsigned long long)r.v[2 * k] << 32) | r.v[2 * k + 1];
+        v[k] = low + (long long)(u % range);
       }
-    } else if (kind == UNIFORM) {
-      if (dtype == F64) {
-        put(out, i, unit53(r.v[0], r.v[1]), dtype);
+      if (dtype == F32 || dtype == F16 || dtype == BF16 || dtype == F64) {
+        const double d[2] = {(double)v[0], (double)v[1]};
+        put_all(out, i, n, d, 2, dtype);
+      } else {
+        put_all(out, i, n, v, 2, dtype);
+      }
+    } else if (dtype == F64) {
+      double v[2];
+      if (kind == NORMAL) {
+        const double u1 = 1.0 - unit53(r.v[0], r.v[1]), u2 = unit53(r.v[2], r.v[3]);  // u1 in (0, 1]
+        const double radius = sqrt(-2.0 * log(u1));
+        double s, c;
+        sincospi(2.0 * u2, &s, &c);
+        v[0] = radius * c;
+        v[1] = radius * s;
+      } else {
+        v[0] = unit53(r.v[0], r.v[1]);
+        v[1] = unit53(r.v[2], r.v[3]);
+      }
+      put_all(out, i, n, v, 2, dtype);
+    } else {
+      float v[4];
+      if (kind == NORMAL) {
+        for (int k = 0; k < 2; ++k) {
+          const float u1 = 1.0f - unit(r.v[2 * k], 24), u2 = unit(r.v[2 * k + 1], 24);  // u1 in (0, 1]
+          const float radius = sqrtf(-2.0f * logf(u1));
+          float s, c;
+          sincospif(2.0f * u2, &s, &c);
+          v[2 * k] = radius * c;
+          v[2 * k + 1] = radius * s;
+        }
       } else {
         const int bits = dtype == F16 ? 11 : (dtype == BF16 ? 8 : 24);
-        put(out, i, unit(r.v[0], bits), dtype);
+        for (int k = 0; k < 4; ++k) v[k] = unit(r.v[k], bits);
       }
-    } else {
-      const unsigned long long range = (unsigned long long)(high - low);
-      const unsigned long long u = ((unsigned long long)r.v[0] << 32) | r.v[1];
-      const long long value = low + (long long)(u % range);
-      if (dtype == F32 || dtype == F16 || dtype == BF16 || dtype == F64) {
-        put(out, i, (double)value, dtype);
+      if (dtype == F32 && i + 3 < n && ((uintptr_t)out & 15) == 0) {
+        reinterpret_cast<float4*>(out)[g] = make_float4(v[0], v[1], v[2], v[3]);
       } else {
-        put(out, i, value, dtype);
+        put_all(out, i, n, v, 4, dtype);
       }
     }
   }

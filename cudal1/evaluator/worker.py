@@ -359,7 +359,7 @@ class Worker(ReferenceRole):
                     return {"ok": True, "ms": timed(), "host_ms": host_ms,
                             "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
                 # the outputs' copies, queued before the next call's inputs and flush (or made by its graph)
-                staged, pending = prints.queue(outputs, defer=counted_graph is not None and i + 1 < len(seeds))
+                staged, pending = prints.queue(outputs, defer=counted_graph is not None and i + 1 < len(seeds), seed=seed)
                 if i in spot:
                     problems = inspect_outputs(outputs, inputs, self.device)
                     if problems:
