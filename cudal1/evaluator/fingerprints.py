@@ -184,7 +184,7 @@ class Fingerprints:
         entries = [entry for entry in layout if entry is not None]
         if (self.kernels is None or not entries
                 or 2 * sum(n * d.itemsize for _, n, d, _ in entries) <= self.stage_bytes
-                or any(x.device != self.device or x.dtype not in _IN_PLACE or not x.is_contiguous() for x in tensors)):
+                or any(x.device != self.kernels.device or x.dtype not in _IN_PLACE or not x.is_contiguous() for x in tensors)):
             return False
         self._flush()  # the calls staged before this one keep their place in the table
         self.layout = None
