@@ -1,6 +1,6 @@
 # One device call, from the repository root (carry/old: `git archive e7df7ff cudal1 benchmarks`, the code before):
 # the changed kernels' GPU tests alone (nothing else when they fail), the harness's kernels on 64M and 4M values,
-# the whole GPU suite, then each timed batch's device time per kernel on large-tensor release rows, the code
+# the whole GPU suite, overhead and `evaluate-one` (OV=1), then each timed batch's device time per kernel on large-tensor release rows, the code
 # before and this tree in turn.
 T0=$(date +%s)
 WHEELS=carry/wheels source benchmarks/gpu_setup.sh > /tmp/setup0.log 2>&1
@@ -23,6 +23,8 @@ for n in (67108864, 4194304):
 PY
 date -u
 OUT=$OUT/s STEPS=gpu-tests timeout ${SUITE_S:-330} bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 4
+date -u
+[ "${OV:-1}" = 1 ] && OUT=$OUT/ov STEPS="overhead evalone" RELEASE=carry/h100.jsonl timeout 130 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 3
 date -u
 R=L1-5,L1-40,L1-36,L1-46,L1-43,L1-87,L1-63,L1-65,L1-83,L1-19,L1-23,L2-46,L3-1,L2-31
 for arm in old new old new; do
