@@ -178,6 +178,8 @@ def _check_driver(code: int, what: str) -> None:
 class DeviceDraws:
     """The compiled kernels in this process's context, and the key they draw from ([seed, call])."""
 
+    sum_dtypes = frozenset(_FLOATS)  # what cudal1_sums reads as it is (fingerprints sum these in place)
+
     def __init__(self, path: str, device: torch.device) -> None:
         self.device = device
         self.driver = ctypes.CDLL("libcuda.so.1")

@@ -23,9 +23,6 @@ SHIFT = 4099
 # magnitude under the tightest default tolerance of a float32 output (1e-4).
 ACCUMULATION = 4e-6
 
-# The dtypes the harness's sums kernel reads as they are (draws.cu, cudal1_sums)
-_IN_PLACE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
 
 class Fingerprints:
     """Per timed call and output: [numel, sum, sum |x|, sum x*w, sum x^2] in float64, w a +-1 pattern
@@ -183,9 +180,9 @@ class Fingerprints:
         an H200 (docs/gpu-runs.md#2026-12-02-batch-profile). Only on the harness's kernel, for outputs of the
         four float dtypes it reads, dense in memory order."""
         entries = [entry for entry in layout if entry is not None]
-        if (self.kernels is None or not entries
-                or 2 * sum(n * d.itemsize for _, n, d, _ in entries) <= self.stage_bytes
-                or any(x.device != self.kernels.device or x.dtype not in _IN_PLACE or not x.is_contiguous() for x in tensors)):
+        if (self.kernels is None or not entries or 2 * _call_bytes(entries) <= self.stage_bytes
+                or any(x.device != self.kernels.device or x.dtype not in self.kernels.sum_dtypes or not x.is_contiguous()
+                       for x in tensors)):
             return False
         self._flush()  # the calls staged before this one keep their place in the table
         self.layout = None
@@ -194,13 +191,13 @@ class Fingerprints:
         self.offset.fill_(seed % SHIFT)  # a launch, not a copy from the host that would wait for the device
         columns = [self._kernel_sums(x.view(1, -1), shape, order, self.offset)
                    for x, (shape, _, _, order) in zip(tensors, entries)]
-        self.table.append((call, columns[0].unsqueeze(1) if len(columns) == 1 else torch.stack(columns, dim=1)))
+        self.table.append((call, torch.stack(columns, dim=1)))
         self.summed = True
         return True
 
     def _rows(self) -> int:
         """Calls a staging buffer holds: the batch, within stage_bytes (the sums need as much again)."""
-        per_call = sum(n * d.itemsize for _, n, d, _ in (e for e in (self.layout or ()) if e is not None))
+        per_call = _call_bytes([e for e in (self.layout or ()) if e is not None])
         return max(1, min(self.calls, self.stage_bytes // max(1, 2 * per_call)))
 
     def _flush(self) -> None:
@@ -261,6 +258,11 @@ class Fingerprints:
                     k += 1
             out.append(row)
         return out
+
+
+def _call_bytes(entries: list[Any]) -> int:
+    """Bytes one call's tensor outputs take staged (layout entries: shape, numel, staging dtype, order)."""
+    return sum(n * d.itemsize for _, n, d, _ in entries)
 
 
 def fingerprint(outputs: list[Any], seed: int, key: int = 0) -> list[list[float]]:
