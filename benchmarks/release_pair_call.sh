@@ -7,6 +7,7 @@
 #
 #   CALL_S=580 FIRST=1 bash benchmarks/release_pair_call.sh   # suite, overhead, evaluate-one; starts the cold run
 #   CALL_S=585 bash benchmarks/release_pair_call.sh           # again, until both runs are done
+#   (SUITE=0 on the first call and SUITE_AFTER=1 on the last: the GPU suite once both runs are done)
 T0=$(date +%s)
 source benchmarks/gpu_setup.sh > /tmp/setup.log 2>&1
 left() { echo $(( ${CALL_S:-575} - ($(date +%s) - T0) )); }
@@ -21,7 +22,7 @@ keep() { for r in rcold rwarm; do [ -d /tmp/rel/$r ] && tar czf $OUT/$r.tgz -C /
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; date -u; lscpu | grep "Model name"; cat carry/commit.txt
 if [ "${FIRST:-0}" = 1 ]; then
   mkdir -p $OUT/i; lscpu > $OUT/i/lscpu.txt
-  OUT=$OUT/i/s STEPS=gpu-tests timeout 340 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
+  [ "${SUITE:-1}" = 1 ] && OUT=$OUT/i/s STEPS=gpu-tests timeout 340 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
   date -u
   [ "${OV:-1}" = 1 ] && OUT=$OUT/i/ov STEPS="overhead evalone" RELEASE=carry/h100.jsonl timeout 150 bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 4
   tar czf $OUT/i.tgz -C $OUT i && rm -rf $OUT/i
@@ -39,3 +40,9 @@ if done_ /tmp/rel/rwarm; then
   python3 benchmarks/agreement_split.py /tmp/rel/rcold /tmp/rel/rwarm 2>&1 | grep "rows ok in both\|reasons\|spreads"
 fi
 keep
+# SUITE=0 on the first call and SUITE_AFTER=1 on a later one: the GPU suite after the warm run instead,
+# in what is left of that call
+if [ "${SUITE_AFTER:-0}" = 1 ] && done_ /tmp/rel/rwarm && [ "$(left)" -gt 200 ]; then
+  OUT=$OUT/s STEPS=gpu-tests timeout $(( $(left) - 10 )) bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
+  rm -f $OUT/s/results.tgz
+fi

@@ -78,3 +78,23 @@ def test_the_evaluation_records_both_counts(monkeypatch: pytest.MonkeyPatch) -> 
     _scripted(monkeypatch, first_calls=5, later_calls=5)
     best, extra = trials.measure(_run())  # type: ignore[arg-type]
     assert extra["iters_per_trial"] == 4 and "calibrated_iters" not in extra
+
+
+def test_the_calibration_reads_a_steady_iteration_not_only_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration batch has CALIBRATION_CALLS calls, so its replies carry two whole iterations: the
+    first also draws the batch's fingerprint patterns (and sums in place where outputs are large), which at
+    two calls alone set the count (L1-5 32-43 calls a trial against 99-119, docs/gpu-runs.md). The faster
+    iteration sets it; both programs get the same seeds."""
+    sent: list[dict] = []
+
+    def reply(msg: dict) -> dict:
+        sent.append(msg)
+        calls = len(msg["seeds"])
+        return {"ms": [0.05] * calls, "call_ms": [1.25] + [0.5] * (calls - 2)}
+
+    run = SimpleNamespace(config=EvalConfig(target_trial_ms=40.0), device_draws=True,
+                          reference=SimpleNamespace(time=lambda msg: (reply(msg), 0.0, {})))
+    monkeypatch.setattr(trials, "time_candidate", lambda run, msg: (reply(msg), 0.0, {}))
+    assert trials.CALIBRATION_CALLS == 3
+    assert trials._calibrate(run) == 80  # 40 ms / 0.5 ms; the first iteration alone would give 32
+    assert len(sent) == 2 and sent[0]["seeds"] == sent[1]["seeds"] and len(set(sent[0]["seeds"])) == 3

@@ -40,6 +40,12 @@ _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 RECALIBRATE = 4
 # the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
 _SELF_STOP = os.path.isdir("/proc/self/task")
+# Calls in the calibration batch: its fastest whole iteration sets the calls per trial (calls_per_trial),
+# and the last call has none (it draws no next inputs). At two, the one iteration was the batch's first,
+# which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
+# sums: rows summed in place calibrated to 2.5-3x fewer calls than before that change (L1-5 32-43 against
+# 99-119 on an H200; docs/gpu-runs.md#2026-12-03-in-place-sums). At three a steady iteration is read too.
+CALIBRATION_CALLS = 3
 
 
 def warm_candidate(run: Run, seed: int) -> None:
@@ -61,7 +67,7 @@ def time_candidate(run: Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float
 
 def _calibrate(run: Run) -> int:
     cfg = run.config
-    msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed(), new_seed()],
+    msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed() for _ in range(CALIBRATION_CALLS)],
            "spot": [], "clock": cfg.clock, "device_draws": run.device_draws}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = time_candidate(run, msg)
@@ -234,7 +240,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     while True:
         pair = _trial(run, iters, len(clean) + len(contended) in checked)
         if not (clean or contended or first) and pair.calls_per_trial >= RECALIBRATE * iters:
-            # The calibration reads each side's cost from one or two calls, so one stall there (a host
+            # The calibration reads each side's cost from two calls, so a stall there (a host
             # core's slow spell, a late wake-up) left a 0.1 ms kernel 3-14 calls a trial and a wide
             # figure (docs/gpu-runs.md#2026-11-29-fast-core-release); the trial's many calls read it
             # again. Only ever more calls, at most max_iters: a candidate that slows its calibration
