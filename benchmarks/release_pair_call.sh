@@ -40,8 +40,8 @@ if done_ /tmp/rel/rwarm; then
   python3 benchmarks/agreement_split.py /tmp/rel/rcold /tmp/rel/rwarm 2>&1 | grep "rows ok in both\|reasons\|spreads"
 fi
 keep
-# SUITE=0 on the first call and SUITE_AFTER=1 on a later one: the GPU suite after the warm run instead,
-# in what is left of that call
+# SUITE_AFTER=1: the GPU suite in what is left of the call; its results.tgz is dropped (it did not come
+# back from the device before; the suite's summary is in the output)
 if [ "${SUITE_AFTER:-0}" = 1 ] && done_ /tmp/rel/rwarm && [ "$(left)" -gt 200 ]; then
   OUT=$OUT/s STEPS=gpu-tests timeout $(( $(left) - 10 )) bash benchmarks/evaluator_gpu.sh 2>&1 | tail -n 6
   rm -f $OUT/s/results.tgz

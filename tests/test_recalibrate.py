@@ -82,9 +82,8 @@ def test_the_evaluation_records_both_counts(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_calibration_reads_a_steady_iteration_not_only_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """The calibration batch has CALIBRATION_CALLS calls, so its replies carry two whole iterations: the
-    first also draws the batch's fingerprint patterns (and sums in place where outputs are large), which at
-    two calls alone set the count (L1-5 32-43 calls a trial against 99-119, docs/gpu-runs.md). The faster
-    iteration sets it; both programs get the same seeds."""
+    first also draws the batch's fingerprint patterns (and sums in place where outputs are large), and
+    does not set the count alone. The faster iteration sets it; both programs get the same seeds."""
     sent: list[dict] = []
 
     def reply(msg: dict) -> dict:

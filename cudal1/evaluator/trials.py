@@ -43,8 +43,9 @@ _SELF_STOP = os.path.isdir("/proc/self/task")
 # Calls in the calibration batch: its fastest whole iteration sets the calls per trial (calls_per_trial),
 # and the last call has none (it draws no next inputs). At two, the one iteration was the batch's first,
 # which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
-# sums: rows summed in place calibrated to 2.5-3x fewer calls than before that change (L1-5 32-43 against
-# 99-119 on an H200; docs/gpu-runs.md#2026-12-03-in-place-sums). At three a steady iteration is read too.
+# sums; at three a later iteration is read too. That was not what kept the rows summed in place at fewer
+# calls per trial than before the change (L1-5 45-49 at three calls, 32-43 at two, 99-119 before, on an
+# H200; docs/gpu-runs.md#2026-12-03-three-call-calibration).
 CALIBRATION_CALLS = 3
 
 
