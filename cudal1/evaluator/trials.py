@@ -43,9 +43,9 @@ _SELF_STOP = os.path.isdir("/proc/self/task")
 # Calls in the calibration batch: its fastest whole iteration sets the calls per trial (calls_per_trial),
 # and the last call has none (it draws no next inputs). At two, the one iteration was the batch's first,
 # which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
-# sums; at three a later iteration is read too. That was not what kept the rows summed in place at fewer
-# calls per trial than before the change (L1-5 45-49 at three calls, 32-43 at two, 99-119 before, on an
-# H200; docs/gpu-runs.md#2026-12-03-three-call-calibration).
+# sums; at three a later iteration is read too. The rows summed in place calibrate to fewer calls than
+# before that change (L1-5 45-49 against 99-119 on an H200), and rightly: their timed batches now last about
+# target_trial_ms (35-50 ms), where they lasted 134-156 ms (docs/gpu-runs.md#2026-12-03-three-call-calibration).
 CALIBRATION_CALLS = 3
 
 
