@@ -10,7 +10,7 @@ benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
 
     python benchmarks/stopping_rules.py RUN/a RUN/b [RUN/c ...] [--rules 5:15:0.02,5:8:0.02,5:5:0] [--json out.json]
 
-Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
+Then, per run, what its timed batches alone came to (:func:`timed_floor`). Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
 the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept.
 """
 
@@ -79,6 +79,27 @@ def load_run(run: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def timed_floor(rows: list[dict[str, Any]], target_ms: float, least: int) -> dict[str, Any]:
+    """What a run's timed batches alone come to: every timed trial (a re-checked row's measurements all
+    counted, ``extra.recheck_trials``) at two batches of ``target_ms``, and the same at ``least`` trials a
+    timed row, a floor under any stopping rule that keeps the minimum. ``rows``: results.jsonl's records.
+
+    >>> rows = [{"trials": 15, "extra": "{}"}, {"trials": 5, "extra": '{"recheck_trials": [15, 5]}'},
+    ...         {"trials": 0, "extra": "{}"}]
+    >>> timed_floor(rows, 40.0, 5)
+    {'rows_timed': 2, 'trials': 35, 'at_ceiling': 2, 'timed_batches_s': 2.8, 'at_least_s': 0.8}
+    """
+    timed = [r for r in rows if r.get("trials")]
+    extra = [json.loads(r["extra"]) if isinstance(r.get("extra"), str) else (r.get("extra") or {}) for r in timed]
+    counts = [sum(e["recheck_trials"]) if e.get("recheck_trials") else r["trials"] for r, e in zip(timed, extra)]
+    ceiling = max((n for e in extra for n in e.get("recheck_trials", [])), default=0)
+    ceiling = max([ceiling, *(r["trials"] for r in timed)], default=0)
+    at_ceiling = sum(max([r["trials"], *e.get("recheck_trials", [])]) == ceiling for r, e in zip(timed, extra))
+    return {"rows_timed": len(timed), "trials": sum(counts), "at_ceiling": at_ceiling,
+            "timed_batches_s": round(sum(counts) * 2 * target_ms / 1e3, 1),
+            "at_least_s": round(len(timed) * least * 2 * target_ms / 1e3, 1)}
+
+
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
     """One rule over every run: trials and timing seconds per run, agreement of every pair of runs."""
     replayed = {name: {pid: replay(row["trial_ms"], rule) for pid, row in rows.items()} for name, rows in runs.items()}
@@ -111,6 +132,13 @@ def main() -> None:
         least, most, target = r["rule"]
         print(f"{least:>3}:{most:>2}:{target:<6} {sum(r['trials'].values()):>8} {sum(r['timing_s'].values()):>9.1f} "
               f"{r['agreement_median_mean']:>9.4f} {r['agreement_p95_mean']:>9.4f}")
+    for run in args.runs:  # what the timed batches alone came to, per run
+        summary = run / "summary.json"
+        config = json.loads(summary.read_text()).get("config", {}) if summary.exists() else {}
+        rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+        floor = timed_floor(rows, float(config.get("target_trial_ms", 40.0)), int(config.get("timing_trials", 5)))
+        print(f"{run}: {floor['rows_timed']} rows timed, {floor['trials']} trials ({floor['at_ceiling']} rows at "
+              f"the ceiling): {floor['timed_batches_s']} s of timed batches; {floor['at_least_s']} s at the minimum")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
