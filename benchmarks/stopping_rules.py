@@ -10,8 +10,8 @@ benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
 
     python benchmarks/stopping_rules.py RUN/a RUN/b [RUN/c ...] [--rules 5:15:0.02,5:8:0.02,5:5:0] [--json out.json]
 
-Then, per run, what its timed batches alone came to (:func:`timed_floor`). Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
-the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept.
+Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
+the trials the rule takes; then, per run, what its timed batches alone came to (:func:`timed_floor`). Rows re-measured above 3× are replayed on the measurement that was kept.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from release_bench import agreement  # noqa: E402  the published figures' own definition of agreement
 
-from cudal1.candidates import Evaluation, Status  # noqa: E402
+from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 from cudal1.evaluator.timing import Measurement, TrialPair  # noqa: E402
 
 Rule = tuple[int, int, float]
@@ -79,25 +79,22 @@ def load_run(run: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def timed_floor(rows: list[dict[str, Any]], target_ms: float, least: int) -> dict[str, Any]:
+def timed_floor(evaluations: list[Evaluation], target_ms: float, least: int) -> dict[str, Any]:
     """What a run's timed batches alone come to: every timed trial (a re-checked row's measurements all
     counted, ``extra.recheck_trials``) at two batches of ``target_ms``, and the same at ``least`` trials a
-    timed row, a floor under any stopping rule that keeps the minimum. ``rows``: results.jsonl's records.
+    timed row, a floor under any stopping rule that keeps the minimum.
 
-    >>> rows = [{"trials": 15, "extra": "{}"}, {"trials": 5, "extra": '{"recheck_trials": [15, 5]}'},
-    ...         {"trials": 0, "extra": "{}"}]
+    >>> rows = [Evaluation("a", "c", Status.OK, trials=15), Evaluation("b", "c", Status.OK, trials=5,
+    ...         extra={"recheck_trials": [15, 5]}), Evaluation("c", "c", Status.INCORRECT)]
     >>> timed_floor(rows, 40.0, 5)
     {'rows_timed': 2, 'trials': 35, 'at_ceiling': 2, 'timed_batches_s': 2.8, 'at_least_s': 0.8}
     """
-    timed = [r for r in rows if r.get("trials")]
-    extra = [json.loads(r["extra"]) if isinstance(r.get("extra"), str) else (r.get("extra") or {}) for r in timed]
-    counts = [sum(e["recheck_trials"]) if e.get("recheck_trials") else r["trials"] for r, e in zip(timed, extra)]
-    ceiling = max((n for e in extra for n in e.get("recheck_trials", [])), default=0)
-    ceiling = max([ceiling, *(r["trials"] for r in timed)], default=0)
-    at_ceiling = sum(max([r["trials"], *e.get("recheck_trials", [])]) == ceiling for r, e in zip(timed, extra))
-    return {"rows_timed": len(timed), "trials": sum(counts), "at_ceiling": at_ceiling,
-            "timed_batches_s": round(sum(counts) * 2 * target_ms / 1e3, 1),
-            "at_least_s": round(len(timed) * least * 2 * target_ms / 1e3, 1)}
+    measured = [e.extra.get("recheck_trials") or [e.trials] for e in evaluations if e.trials]
+    ceiling = max((max(m) for m in measured), default=0)
+    trials = sum(sum(m) for m in measured)
+    return {"rows_timed": len(measured), "trials": trials, "at_ceiling": sum(max(m) == ceiling for m in measured),
+            "timed_batches_s": round(trials * 2 * target_ms / 1e3, 1),
+            "at_least_s": round(len(measured) * least * 2 * target_ms / 1e3, 1)}
 
 
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
@@ -135,8 +132,8 @@ def main() -> None:
     for run in args.runs:  # what the timed batches alone came to, per run
         summary = run / "summary.json"
         config = json.loads(summary.read_text()).get("config", {}) if summary.exists() else {}
-        rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-        floor = timed_floor(rows, float(config.get("target_trial_ms", 40.0)), int(config.get("timing_trials", 5)))
+        floor = timed_floor(load_evaluations(run / "results.jsonl"), float(config.get("target_trial_ms", 40.0)),
+                            int(config.get("timing_trials", 5)))
         print(f"{run}: {floor['rows_timed']} rows timed, {floor['trials']} trials ({floor['at_ceiling']} rows at "
               f"the ceiling): {floor['timed_batches_s']} s of timed batches; {floor['at_least_s']} s at the minimum")
     if args.json:
