@@ -11,7 +11,8 @@ benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
     python benchmarks/stopping_rules.py RUN/a RUN/b [RUN/c ...] [--rules 5:15:0.02,5:8:0.02,5:5:0] [--json out.json]
 
 Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
-the trials the rule takes; then, per run, what its timed batches alone came to (:func:`timed_floor`). Rows re-measured above 3× are replayed on the measurement that was kept.
+the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept. Then,
+per run, what its timed batches alone came to (:func:`timed_floor`).
 """
 
 from __future__ import annotations
