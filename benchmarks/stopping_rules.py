@@ -12,7 +12,8 @@ benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
 
 Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
 the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept. Then,
-per run, what its timed batches alone came to (:func:`timed_floor`).
+per run, what its timed batches alone came to (:func:`timed_floor`), and the device's own work under the
+protocol beside them (:func:`device_floor`): the least a run of those rows can take on one GPU.
 """
 
 from __future__ import annotations
@@ -98,6 +99,25 @@ def timed_floor(evaluations: list[Evaluation], target_ms: float, least: int) -> 
             "at_least_s": round(len(measured) * least * 2 * target_ms / 1e3, 1)}
 
 
+def device_floor(floor: dict[str, Any], split: dict[str, float]) -> dict[str, float]:
+    """The work a run's device did alone, one row at a time, under the protocol: its timed batches
+    (:func:`timed_floor`), the self-tuning programs' first calls, made alone so that a neighbour's kernels
+    do not steer their choices (``EvalConfig.tune_alone``), and the kept evaluations' correctness trials
+    (``time_split_s`` of the run's summary.json). Nothing of it can overlap another row's on one GPU, and
+    it leaves out loads, builds, waits and the re-measurements' own checks, so a run takes longer. The same
+    with the timed batches at the minimum trials (``at_least_s``).
+
+    >>> device_floor({"timed_batches_s": 179.1, "at_least_s": 66.4},
+    ...              {"tuned_first_call_s": 69.1, "correctness_s": 45.9, "timing_s": 193.5})
+    {'first_calls_alone_s': 69.1, 'correctness_s': 45.9, 'floor_s': 294.1, 'floor_at_least_s': 181.4}
+    """
+    alone = float(split.get("tuned_first_call_s", 0.0))
+    checks = float(split.get("correctness_s", 0.0))
+    return {"first_calls_alone_s": alone, "correctness_s": checks,
+            "floor_s": round(floor["timed_batches_s"] + alone + checks, 1),
+            "floor_at_least_s": round(floor["at_least_s"] + alone + checks, 1)}
+
+
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
     """One rule over every run: trials and timing seconds per run, agreement of every pair of runs."""
     replayed = {name: {pid: replay(row["trial_ms"], rule) for pid, row in rows.items()} for name, rows in runs.items()}
@@ -132,11 +152,17 @@ def main() -> None:
               f"{r['agreement_median_mean']:>9.4f} {r['agreement_p95_mean']:>9.4f}")
     for run in args.runs:  # what the timed batches alone came to, per run
         summary = run / "summary.json"
-        config = json.loads(summary.read_text()).get("config", {}) if summary.exists() else {}
+        found = json.loads(summary.read_text()) if summary.exists() else {}
+        config = found.get("config", {})
         floor = timed_floor(load_evaluations(run / "results.jsonl"), float(config.get("target_trial_ms", 40.0)),
                             int(config.get("timing_trials", 5)))
         print(f"{run}: {floor['rows_timed']} rows timed, {floor['trials']} trials ({floor['at_ceiling']} rows at "
               f"the ceiling): {floor['timed_batches_s']} s of timed batches; {floor['at_least_s']} s at the minimum")
+        if found.get("time_split_s"):
+            device = device_floor(floor, found["time_split_s"])
+            print(f"{run}: device alone {device['floor_s']} s (timed batches, first calls alone "
+                  f"{device['first_calls_alone_s']} s, correctness {device['correctness_s']} s); "
+                  f"{device['floor_at_least_s']} s at the minimum; the run's wall {found.get('wall_s')} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
