@@ -13,7 +13,7 @@ benchmarks/release_eval.py; every pair of them is compared, the rows ok in both:
 Cost is the timing phase each row would have spent: its own seconds per trial (timing_s / trials) times
 the trials the rule takes. Rows re-measured above 3× are replayed on the measurement that was kept. Then,
 per run, what its timed batches alone came to (:func:`timed_floor`), and the device's own work under the
-protocol beside them (:func:`device_floor`): the least a run of those rows can take on one GPU.
+protocol with them (:func:`device_floor`): less than any run of those rows can take on one GPU.
 """
 
 from __future__ import annotations
@@ -100,22 +100,25 @@ def timed_floor(evaluations: list[Evaluation], target_ms: float, least: int) -> 
 
 
 def device_floor(floor: dict[str, Any], split: dict[str, float]) -> dict[str, float]:
-    """The work a run's device did alone, one row at a time, under the protocol: its timed batches
-    (:func:`timed_floor`), the self-tuning programs' first calls, made alone so that a neighbour's kernels
-    do not steer their choices (``EvalConfig.tune_alone``), and the kept evaluations' correctness trials
-    (``time_split_s`` of the run's summary.json). Nothing of it can overlap another row's on one GPU, and
-    it leaves out loads, builds, waits and the re-measurements' own checks, so a run takes longer. The same
-    with the timed batches at the minimum trials (``at_least_s``).
+    """The device's own work in a run under the protocol. Two parts need the device to themselves: the
+    timed batches (:func:`timed_floor`) and the self-tuning programs' first calls, made alone so that no
+    neighbour's kernels steer their choices (``EvalConfig.tune_alone``); ``alone_s`` is their sum. The
+    kept evaluations' correctness trials, which the device loop runs one row at a time, make ``floor_s``
+    (seconds from ``time_split_s`` of the run's summary.json). Loads, builds, waits and the re-measurements'
+    own checks come on top, so a run takes longer. ``*_at_least_s``: the same with every timed row at the
+    minimum trials.
 
     >>> device_floor({"timed_batches_s": 179.1, "at_least_s": 66.4},
     ...              {"tuned_first_call_s": 69.1, "correctness_s": 45.9, "timing_s": 193.5})
-    {'first_calls_alone_s': 69.1, 'correctness_s': 45.9, 'floor_s': 294.1, 'floor_at_least_s': 181.4}
+    {'first_calls_alone_s': 69.1, 'correctness_s': 45.9, 'alone_s': 248.2, 'floor_s': 294.1, 'alone_at_least_s': 135.5, 'floor_at_least_s': 181.4}
     """
-    alone = float(split.get("tuned_first_call_s", 0.0))
+    first = float(split.get("tuned_first_call_s", 0.0))
     checks = float(split.get("correctness_s", 0.0))
-    return {"first_calls_alone_s": alone, "correctness_s": checks,
-            "floor_s": round(floor["timed_batches_s"] + alone + checks, 1),
-            "floor_at_least_s": round(floor["at_least_s"] + alone + checks, 1)}
+    return {"first_calls_alone_s": first, "correctness_s": checks,
+            "alone_s": round(floor["timed_batches_s"] + first, 1),
+            "floor_s": round(floor["timed_batches_s"] + first + checks, 1),
+            "alone_at_least_s": round(floor["at_least_s"] + first, 1),
+            "floor_at_least_s": round(floor["at_least_s"] + first + checks, 1)}
 
 
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:
@@ -160,9 +163,10 @@ def main() -> None:
               f"the ceiling): {floor['timed_batches_s']} s of timed batches; {floor['at_least_s']} s at the minimum")
         if found.get("time_split_s"):
             device = device_floor(floor, found["time_split_s"])
-            print(f"{run}: device alone {device['floor_s']} s (timed batches, first calls alone "
-                  f"{device['first_calls_alone_s']} s, correctness {device['correctness_s']} s); "
-                  f"{device['floor_at_least_s']} s at the minimum; the run's wall {found.get('wall_s')} s")
+            print(f"{run}: device to itself {device['alone_s']} s (timed batches, first calls alone "
+                  f"{device['first_calls_alone_s']} s), with correctness {device['floor_s']} s "
+                  f"(+{device['correctness_s']} s); at the minimum {device['alone_at_least_s']} s and "
+                  f"{device['floor_at_least_s']} s; the run's wall {found.get('wall_s')} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
