@@ -114,11 +114,11 @@ def device_floor(floor: dict[str, Any], split: dict[str, float]) -> dict[str, fl
     """
     first = float(split.get("tuned_first_call_s", 0.0))
     checks = float(split.get("correctness_s", 0.0))
-    return {"first_calls_alone_s": first, "correctness_s": checks,
-            "alone_s": round(floor["timed_batches_s"] + first, 1),
-            "floor_s": round(floor["timed_batches_s"] + first + checks, 1),
-            "alone_at_least_s": round(floor["at_least_s"] + first, 1),
-            "floor_at_least_s": round(floor["at_least_s"] + first + checks, 1)}
+    found = {"first_calls_alone_s": first, "correctness_s": checks}
+    for suffix, timed in (("", floor["timed_batches_s"]), ("_at_least", floor["at_least_s"])):
+        found[f"alone{suffix}_s"] = round(timed + first, 1)
+        found[f"floor{suffix}_s"] = round(timed + first + checks, 1)
+    return found
 
 
 def evaluate(runs: dict[str, dict[str, dict[str, Any]]], rule: Rule) -> dict[str, Any]:

@@ -45,7 +45,7 @@ _SELF_STOP = os.path.isdir("/proc/self/task")
 # which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
 # sums; at three a later iteration is read too. The rows summed in place calibrate to fewer calls than
 # before that change (L1-5 45-49 against 99-119 on an H200), and rightly: their timed batches now last about
-# target_trial_ms (35-50 ms), where they lasted 134-156 ms (docs/gpu-runs.md#2026-12-03-three-call-calibration).
+# target_trial_ms (35-50 ms), where they lasted 85-156 ms (docs/gpu-runs.md#2026-12-03-three-call-calibration).
 CALIBRATION_CALLS = 3
 
 

@@ -81,11 +81,10 @@ def _setup(gpu_options: dict[str, Any]) -> tuple[Problem, Candidate, EvalConfig]
 
 def test_the_timed_worker_reads_the_graphs_its_warm_up_compiled(ext_root: Path, gpu_options: dict[str, Any]) -> None:
     problem, candidate, config = _setup(gpu_options)
-    root = ext_root
-    (result,) = evaluate_many([problem], [candidate], config, devices=["cuda:0"], extensions_root=root)
+    (result,) = evaluate_many([problem], [candidate], config, devices=["cuda:0"], extensions_root=ext_root)
     assert result.status is Status.OK, (result.status, result.reason)
     assert result.extra.get("prebuild_s", 0.0) > 0.0, result.extra  # a build worker warmed it up first
-    graphs = extensions_folder(root, candidate) / "inductor" / "fxgraph"
+    graphs = extensions_folder(ext_root, candidate) / "inductor" / "fxgraph"
     assert any(f.is_file() for f in graphs.rglob("*")), f"no compiled graph in {graphs}"
 
 
