@@ -45,3 +45,13 @@ def test_the_core_imports_no_prefect_mlflow_or_dvc() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_no_import_circles() -> None:
+    """A module that imports one that imports it back (even inside a function) has no order a reader can
+    follow and breaks when either moves: none in the package, the flows or the tasks."""
+    from structure import import_cycles, import_graph, module_files
+
+    graph = import_graph(module_files(("cudal1", "flows", "tasks")))
+    assert len(graph) > 50 and graph["cudal1.evaluator.core"], "the walk found the modules and their imports"
+    assert import_cycles(graph) == []

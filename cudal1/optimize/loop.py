@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudal1.candidates import Candidate, Evaluation, load_evaluations
@@ -28,78 +26,19 @@ from cudal1.generation.augment import CompletionCache
 from cudal1.generation.templates import template_candidates
 from cudal1.optimize.models import CachedWriter, ModelFailure
 from cudal1.optimize.module import UserModule, check_module
-from cudal1.pool import CandidatePool, PoolEntry
+from cudal1.optimize.outputs import write_outputs
+from cudal1.optimize.state import (
+    NO_MODEL_HINT,
+    Entry,
+    OptimizeSettings,
+    RunState,
+    rank_key,
+)
+from cudal1.pool import PoolEntry
 from cudal1.prompts import build_prompt, parse_response
-from cudal1.training.settings import PromptSettings
+
 
 # The reference unchanged ("baseline") is no candidate for a user: it would only repeat their module.
-VARIANTS = ("no_grad", "inference_mode", "channels_last", "cuda_graph")
-NO_MODEL_HINT = ("no model is configured, so only the template teacher's rewrites were tried; a model endpoint "
-                 "(--endpoint URL --model NAME, e.g. a vLLM server) writes real kernels and gives better results")
-
-
-@dataclass(frozen=True)
-class OptimizeSettings:
-    rounds: int = 3
-    samples: int = 4  # answers per model per round
-    budget_s: float | None = None  # wall-clock seconds for the whole run; None: no limit
-    variants: tuple[str, ...] = VARIANTS
-    compile_modes: tuple[str, ...] = ()  # torch.compile builds for minutes on a CPU: opt in
-    prompts: PromptSettings = field(default_factory=PromptSettings)
-    chunk: int = 4  # candidates per evaluator batch: the budget is checked between batches
-    seed: int = 0
-    patience: int = 1  # rounds in a row with nothing faster before the run stops
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1 or self.samples < 1 or self.chunk < 1 or self.patience < 1:
-            raise ValueError(f"rounds={self.rounds}, samples={self.samples}, patience={self.patience}: "
-                             "each must be at least 1")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise ValueError(f"budget_s={self.budget_s}: give a positive number of seconds, or none")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One candidate of the run: the round it first appeared in; ``malformed`` holds why a model's answer
-    had no program (its raw text is the candidate's source then, and nothing is evaluated)."""
-
-    candidate: Candidate
-    round: int
-    malformed: str = ""
-
-
-@dataclass
-class RunState:
-    module: UserModule
-    config: EvalConfig
-    writers: list[CachedWriter]
-    settings: OptimizeSettings
-    out_dir: Path
-    command: str
-    started: float = field(default_factory=time.monotonic)
-    entries: dict[str, Entry] = field(default_factory=dict)  # by source sha256, in order of appearance
-    evaluations: dict[str, Evaluation] = field(default_factory=dict)  # by source sha256
-    reused: set[str] = field(default_factory=set)  # measured by an earlier run
-    pool: CandidatePool = field(default_factory=CandidatePool)
-    prompts: list[dict] = field(default_factory=list)
-    replies: dict[str, list[int]] = field(default_factory=dict)  # origin -> [answers, programs]
-    messages: list[str] = field(default_factory=list)
-    rounds_done: int = 0
-    measured_now: int = 0
-    stop: str = ""
-    failure: str = ""  # a model that could not be asked: the run ends after its round
-    budget_hit: bool = False
-    interrupted: bool = False
-
-    @property
-    def results_path(self) -> Path:
-        return self.out_dir / "evaluations.parquet"
-
-    def spent(self) -> bool:
-        budget = self.settings.budget_s
-        return budget is not None and time.monotonic() - self.started >= budget
-
-
 class OptimizeInterrupted(KeyboardInterrupt):
     """Ctrl-C: the outputs were written from every finished evaluation; ``state`` says how far it got."""
 
@@ -108,19 +47,11 @@ class OptimizeInterrupted(KeyboardInterrupt):
         self.state = state
 
 
-def rank_key(e: Evaluation | None) -> float:
-    """What ranks a passing candidate: the low end of its speedup's 95% interval, the speed it surely has."""
-    if e is None or not e.ok or e.speedup is None:
-        return float("-inf")
-    return e.speedup_low if e.speedup_low is not None else e.speedup
-
-
 def optimize(module: UserModule, config: EvalConfig, writers: Sequence[CachedWriter], settings: OptimizeSettings,
              out_dir: str | Path, *, command: str = "", log: Callable[[str], None] = lambda _: None,
              progress: Callable[[Evaluation], None] | None = None) -> RunState:
     """Run the rounds, writing ``out_dir``'s outputs after each. Raises ModuleProblem or ModelFailure before
     any work when the module or a model cannot be used; OptimizeInterrupted on Ctrl-C (outputs written)."""
-    from cudal1.optimize.outputs import write_outputs
 
     out_dir = Path(out_dir)
     seconds = check_module(module, config)
@@ -154,7 +85,6 @@ def _measured(state: RunState) -> dict[str, Evaluation]:
 
 
 def _rounds(state: RunState, log: Callable[[str], None], progress: Callable[[Evaluation], None] | None) -> None:
-    from cudal1.optimize.outputs import write_outputs
 
     settings, best, stale = state.settings, 1.0, 0  # to beat: the user's own module
     for r in range(1, settings.rounds + 1):
@@ -275,20 +205,6 @@ def _evaluate(state: RunState, new: list[Entry], log: Callable[[str], None],
         note = f"{len(failed)} evaluation(s) failed in the harness, not the candidate: {failed[0].reason[:300]}"
         if note not in state.messages:
             state.messages.append(note)
-
-
-def no_program_messages(state: RunState) -> list[str]:
-    """One message per model whose answers never held a program."""
-    out = []
-    for origin, (answers, programs) in state.replies.items():
-        if answers and not programs:
-            first = next((e.candidate.source for e in state.entries.values()
-                          if e.candidate.origin == origin and e.malformed), "")
-            shown = " ".join(first.split())[:120]
-            out.append(f"{origin} returned no program in {answers} answers (the first began: {shown!r}); it must "
-                       "answer with a fenced python block defining class ModelNew: try --api chat/completions, a "
-                       "larger --max-tokens, or a stronger model")
-    return out
 
 
 def completion_cache(out_dir: str | Path) -> CompletionCache:

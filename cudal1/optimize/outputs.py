@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cudal1.optimize.loop import RunState, no_program_messages, rank_key
+from cudal1.optimize.state import RunState, no_program_messages, rank_key
 
 COLUMNS = ("rank", "round", "origin", "candidate_id", "status", "reason", "speedup", "speedup_low", "speedup_high",
            "reference_ms", "candidate_ms", "trials", "max_abs_error", "flags", "sha256", "source")
