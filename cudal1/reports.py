@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,42 @@ def best_per_problem(evaluations: Sequence[Evaluation], keep: set[str] | None = 
             best[e.problem_id] = max(best.get(e.problem_id, -math.inf), e.speedup)
     return best
 
+
+
+def verdict(e: Evaluation) -> str:
+    """An evaluation's verdict, where a harness failure (the reference's or the evaluator's) is none."""
+    return "harness_failed" if e.harness_failed else e.status.value
+
+
+def run_agreement(first: dict[str, Evaluation], second: dict[str, Evaluation]) -> dict[str, Any]:
+    """How far two runs of the same candidates agree (both keyed alike, e.g. by problem id): ``median``,
+    ``p95`` and ``max`` of |delta speedup| / speedup over the ``rows`` measured ok in both (fractions, not
+    per cent), and the keys whose verdict changed (``flips``; a harness failure in either run is no verdict
+    and is left out), of which ``edge_flips`` passed near their tolerance on the passing side
+    (``tolerance_edge``: another draw of inputs could fail them, the program's doing, not the harness's).
+
+    >>> from cudal1.candidates import Status
+    >>> a = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.0), "r2": Evaluation("r2", "c", Status.OK, speedup=1.0,
+    ...                                                                            flags=("tolerance_edge",))}
+    >>> b = {"r1": Evaluation("r1", "c", Status.OK, speedup=2.02), "r2": Evaluation("r2", "c", Status.REJECTED)}
+    >>> got = run_agreement(a, b)
+    >>> got["rows"], round(got["median"], 4), got["flips"], got["edge_flips"]
+    (1, 0.01, ['r2'], ['r2'])
+    >>> run_agreement({}, b)["median"] is None
+    True
+    """
+    common = sorted(set(first) & set(second))
+    pairs = [(first[k], second[k]) for k in common if first[k].ok and second[k].ok
+             and first[k].speedup is not None and second[k].speedup is not None]
+    gaps = sorted(abs(b.speedup - a.speedup) / a.speedup for a, b in pairs)  # type: ignore[operator]
+    flips = [k for k in common if "harness_failed" not in (verdict(first[k]), verdict(second[k]))
+             and first[k].status is not second[k].status]
+    edge = [k for k in flips if "tolerance_edge" in (*first[k].flags, *second[k].flags)]
+    if not gaps:
+        return {"rows": 0, "median": None, "p95": None, "max": None, "flips": flips, "edge_flips": edge}
+    # the 95th percentile as the nearest order statistic (the figures of the committed results use it)
+    return {"rows": len(gaps), "median": statistics.median(gaps), "p95": gaps[round(0.95 * (len(gaps) - 1))],
+            "max": gaps[-1], "flips": flips, "edge_flips": edge}
 
 @dataclass(frozen=True)
 class Report:
