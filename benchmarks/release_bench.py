@@ -36,7 +36,9 @@ from cudal1.problems import load_cudal1_release  # noqa: E402
 from cudal1.reports import run_agreement, verdict  # noqa: E402
 
 STATUSES = ("ok", "incorrect", "rejected", "compile_error", "runtime_error", "timeout", "harness_failed", "no_program")
-ROW_COLUMNS = ["problem", "status", "cold speedup", "warm speedup", "reported", "reason"]
+# CUDA-L1's per-row scores stay in ../shared (its data is used for evaluation, not redistributed): rows.csv
+# holds our measurements only, and the result their means over our rows
+ROW_COLUMNS = ["problem", "status", "cold speedup", "warm speedup", "reason"]
 
 
 def programs_only(results: list[Evaluation]) -> dict[str, Evaluation]:
@@ -53,8 +55,12 @@ def run_summary(run: Path) -> dict[str, Any]:
     calls_path, path = run / "calls.jsonl", run / "summary.json"
     if calls_path.exists():
         calls = [json.loads(line) for line in calls_path.read_text().splitlines() if line.strip()]
+        seams = [c["evaluations_before"] for c in calls] != [0] + [c["evaluations_after"] for c in calls[:-1]]
+        if seams:  # a segment that ended with its machine wrote no record: its rows count, its wall would not
+            raise SystemExit(f"{calls_path}: its segments do not follow one another (a segment's record is "
+                             "missing), so their walls do not add up to the run's; measure it again in a new RUN")
         return {"evaluations": calls[-1]["evaluations_after"], "wall_s": round(sum(c["wall_s"] for c in calls), 1),
-                "calls": len(calls), "partial": bool(calls[-1].get("stopped_by_limit"))}
+                "calls": len(calls), "partial": bool(calls[-1].get("stopped_by_limit") or calls[-1].get("exit"))}
     if not path.exists():
         raise SystemExit(f"{run}: neither calls.jsonl nor summary.json: not a finished run of release_eval.py")
     summary = json.loads(path.read_text())
@@ -113,7 +119,7 @@ def _median(values: list[float]) -> float | None:
 
 def row_table(release: Path, cold: dict[str, Evaluation], warm: dict[str, Evaluation]) -> list[dict[str, Any]]:
     """Every row of the release: its cold verdict (``no_program`` where the release has none), both runs'
-    speedups, CUDA-L1's reported score and the cold run's reason; ``level`` for the level table."""
+    speedups and the cold run's reason; its ``level`` and CUDA-L1's ``reported`` score for the means."""
     table = []
     for r in load_cudal1_release(release):
         pid = r.problem.problem_id
