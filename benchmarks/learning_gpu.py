@@ -5,9 +5,10 @@ training, and the epoch's metrics, as one JSON line at the end.
 Needs torch, transformers, accelerate, trl and datasets (no prefect, mlflow or polars: the corpus is made
 and measured here, the pool is kept in memory). Run from the repository root on a GPU machine:
 
-    PYTHONPATH=. python benchmarks/learning_gpu.py --device cuda:0 --out /tmp/learning-gpu
+    PYTHONPATH=. python3 benchmarks/learning_gpu.py --device cuda:0 --problems 6 --sft-epochs 20 --out /tmp/lgpu
 
-Record the command and its output in docs/learning.md.
+``--dry-run`` prints the run's settings as JSON and stops before torch is imported. benchmarks/release_bench.py
+--rl turns the last output lines of several runs into results/rl-share-<gpu>.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def measured_corpus(problems: list, protocol: Any) -> list:
     return [PoolEntry.from_evaluation(c, e, "corpus") for c, e in zip(candidates, evaluations, strict=True) if e.ok]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--problems", type=int, default=15, help="first N starter problems")
@@ -66,13 +67,17 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/cudal1-learning-gpu")
     parser.add_argument("--rl-epochs", type=int, default=1,
                         help="RL epochs; each one's split goes to rl_epochs (rl_epoch stays the first)")
-    args = parser.parse_args()
-    # TRL's trainers refuse a process that sees several GPUs (they would wrap the model in DataParallel): on
-    # a two-GPU host this run stopped at SFT (docs/gpu-runs.md#2026-11-29-two-gpu-healed). Only the asked
-    # device is made visible, before torch starts CUDA; it is then cuda:0 to this process and its workers.
+    parser.add_argument("--dry-run", action="store_true", help="print the settings and stop")
+    args = parser.parse_args(argv)
+    # TRL's trainers refuse a process that sees several GPUs (they would wrap the model in DataParallel).
+    # Only the asked device is made visible, before torch starts CUDA; it is then cuda:0 to this process and
+    # its workers.
     if args.device.startswith("cuda:") and "CUDA_VISIBLE_DEVICES" not in os.environ:
         os.environ["CUDA_VISIBLE_DEVICES"] = args.device.split(":", 1)[1]
         args.device = "cuda:0"
+    if args.dry_run:
+        print(json.dumps(vars(args) | {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+        return
 
     import torch
 

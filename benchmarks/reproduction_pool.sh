@@ -8,10 +8,13 @@
 # Runs the torch-only pool runner until it finishes or LIMIT_S passes (it resumes from the carried
 # measurements.jsonl next time), then copies the pool's files to $OUT: put them back into the same pool
 # folder here (and into docs/reproduction/pools/<key>/<pool>/ to keep them) and, once every pool is
-# complete, run `python -m flows.cross_gpu --params reproduction.yaml --gather`.
+# complete, run `python -m flows.cross_gpu --params reproduction.yaml --gather`. DRY_RUN=1 prints the
+# runner's command and runs nothing.
 set -uo pipefail
 : "${POOL:?set POOL=data/reproduction/<key>/<pool>}"
 OUT=${OUT:-/tmp/cudal1-reproduction}
+runner=(python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} ${AHEAD:+--ahead "$AHEAD"})
+if [ "${DRY_RUN:-0}" = 1 ]; then echo "timeout ${LIMIT_S:-540} ${runner[*]} > $OUT/pool.log"; exit 0; fi
 mkdir -p "$OUT"
 # The pool's GPU kind against this machine's, before any set-up, by the runner's own rule (it checks
 # again, per device); cudal1.cross_gpu_pool imports no torch, so this takes a fraction of a second
@@ -30,17 +33,10 @@ if [ ! -f "$POOL/measurements.jsonl" ] && [ -f "$kept" ]; then cp "$kept" "$POOL
 count() { if [ -f "$POOL/measurements.jsonl" ]; then wc -l < "$POOL/measurements.jsonl"; else echo 0; fi; }
 before=$(count)
 start=$(date +%s)
-timeout "${LIMIT_S:-540}" python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} \
-  ${AHEAD:+--ahead "$AHEAD"} > "$OUT/pool.log" 2>&1
+timeout "${LIMIT_S:-540}" "${runner[@]}" > "$OUT/pool.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
 pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the calling shell
 for f in measurements.jsonl evaluations.jsonl; do
   [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
 done
-# Where this call's device time went (its own evaluations only): the phases, and the time between
-# evaluations each one booked (waits for a ready group, a reference, a build; starting what comes next)
-if [ -f "$POOL/measurements.jsonl" ]; then
-  tail -n +"$((before + 1))" "$POOL/measurements.jsonl" > /tmp/cudal1-this-call.jsonl
-  PYTHONPATH=. python3 benchmarks/pool_phases.py /tmp/cudal1-this-call.jsonl 2>&1 | sed -n '1,2p' | tee -a "$OUT/pool.log"
-fi
 tail -n 5 "$OUT/pool.log"

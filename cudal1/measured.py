@@ -25,6 +25,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,6 +101,31 @@ def this_machine() -> str:
         pass
     return f"{os.cpu_count()}-core {model}"
 
+
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|deselected|xfailed|xpassed|errors?|warnings?)\b")
+_SECONDS = re.compile(r"\bin ([0-9.]+)s\b")
+
+
+def pytest_summary(output: str) -> dict[str, float | int]:
+    """The counts and seconds of pytest's last summary line in ``output`` (a run's log): ``passed``,
+    ``failed``, ``skipped``, ``errors``... (0 where pytest names none) and ``seconds`` (pytest's own time).
+
+    >>> pytest_summary("...\\n== 3 failed, 907 passed, 2 skipped, 40 deselected in 795.12s (0:13:15) ==\\n")
+    {'passed': 907, 'failed': 3, 'skipped': 2, 'errors': 0, 'deselected': 40, 'seconds': 795.12}
+    >>> pytest_summary("123 passed in 219.70s (0:03:39)")["passed"]
+    123
+    >>> pytest_summary("no summary here")
+    Traceback (most recent call last):
+    ...
+    ValueError: no pytest summary line ('N passed ... in S s') in the output
+    """
+    for line in reversed(output.splitlines()):
+        counts, seconds = _COUNT.findall(line), _SECONDS.search(line)
+        if counts and seconds:
+            found = {("errors" if kind.startswith("error") else kind): int(n) for n, kind in counts}
+            return {k: found.get(k, 0) for k in ("passed", "failed", "skipped", "errors", "deselected")} | \
+                {"seconds": float(seconds.group(1))}
+    raise ValueError("no pytest summary line ('N passed ... in S s') in the output")
 
 def write_result(folder: Path, *, title: str, command: str, hardware: str, figures: dict[str, Figure],
                  tables: dict[str, Table] | None = None, notes: str = "", date: str | None = None,
