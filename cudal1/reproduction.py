@@ -1,7 +1,7 @@
 """CUDA-L1's reproduction tables: every row's speedup against eager PyTorch and against the baselines the
 paper reports (``torch.compile`` default and reduce-overhead, CUDA graphs), under CUDA-L1's 1e-2
 tolerance and under the strict one, and the paper's aggregates per column. Pure: no Prefect, MLflow or
-polars; the cross_gpu flow and benchmarks/release_report.py hand it evaluations.
+polars; the cross_gpu flow hands it evaluations.
 
 A baseline is the template teacher's rewrite of the row's reference (``template:compile-default`` ...),
 evaluated against the same eager reference under the same protocol, so a program's speedup over a

@@ -5,11 +5,8 @@ nothing (cudal1/evaluator/pace.py). A real evaluation on the CPU, and the figure
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
-
-from cudal1.candidates import Candidate, Evaluation, Status, save_evaluations
+from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.pace import (
@@ -107,62 +104,3 @@ def test_the_probe_is_harness_code_a_candidate_cannot_swap_unseen() -> None:
     from cudal1.evaluator import identity, pace, worker
     assert identity.harness_code()["pace.probe_ms"] is pace.probe_ms
     assert worker._own_code()["worker.probe_ms"] is pace.probe_ms
-
-
-def test_agreement_split_reads_the_rows_timed_at_the_hosts_floor_apart() -> None:
-    from benchmarks.agreement_split import by_call_pace
-    from cudal1.candidates import Evaluation
-
-    def run(rows: dict[str, tuple[float, float, float]]) -> dict[str, Evaluation]:
-        return {pid: Evaluation(pid, "c", Status.OK, speedup=s, extra={"call_pace": {
-            "fast_speedup": f, "fast_probe_ms": level, "fast_trials": 5, "fast_share": [0.5, 0.5]}})
-            for pid, (s, f, level) in rows.items()}
-
-    # "a" saw the host's fast level (0.0125) in both runs; "b" only a slow one (0.02) in the second
-    first = run({"a": (2.0, 2.0, 0.0125), "b": (3.0, 3.0, 0.0125)})
-    second = run({"a": (2.2, 2.02, 0.0126), "b": (3.6, 3.3, 0.02)})
-    report = by_call_pace([first, second])
-    assert report["fast_calls"]["rows"] == 2 and report["floor_fast_calls"]["rows"] == 1
-    assert report["floor_fast_calls"]["median"] == 0.01 and report["floor_every_call"]["median"] == 0.1
-    assert report["decided_reasons"] == {"fast": 4}
-
-
-def test_agreement_split_tells_rows_that_follow_the_host_from_device_bound_ones() -> None:
-    from benchmarks.agreement_split import by_call_pace
-    from cudal1.candidates import Evaluation
-
-    def row(pid: str, speedup: float, levels: list[float | None]) -> Evaluation:
-        return Evaluation(pid, "c", Status.OK, speedup=speedup, extra={"call_pace": {
-            "fast_speedup": speedup, "fast_probe_ms": 0.0125, "fast_trials": 5, "fast_share": [0.5, 0.5],
-            "level_ratio": levels}})
-
-    # "paced": its reference's slow calls 1.6x its fast ones; "device": both sides about 1; "long": no ratio
-    first = {"paced": row("paced", 2.0, [1.6, 1.0]), "device": row("device", 3.0, [1.02, 1.01]),
-             "long": row("long", 4.0, [None, None])}
-    second = {"paced": row("paced", 2.4, [1.5, 1.0]), "device": row("device", 3.03, [1.03, 1.0]),
-              "long": row("long", 4.4, [None, None])}
-    report = by_call_pace([first, second])
-    assert report["follows_host"] == {"rows": 1, "median": 0.2, "p95": 0.2}
-    assert report["device_bound"] == {"rows": 1, "median": 0.01, "p95": 0.01}
-    assert report["one_level"]["rows"] == 1
-
-
-def test_agreement_split_joins_runs_of_disjoint_rows_and_counts_verdict_changes(tmp_path: Path) -> None:
-    from benchmarks.agreement_split import load, verdict_changes
-
-    def run(name: str, rows: dict[str, Status]) -> Path:
-        (tmp_path / name).mkdir()
-        save_evaluations([Evaluation(pid, "c", st, speedup=2.0 if st is Status.OK else None)
-                          for pid, st in rows.items()], tmp_path / name / "results.jsonl")
-        return tmp_path / name
-
-    # the release by halves: each half's runs joined read as one run of every row
-    a1, a2 = run("a1", {"p": Status.OK}), run("a2", {"q": Status.INCORRECT})
-    b1, b2 = run("b1", {"p": Status.REJECTED}), run("b2", {"q": Status.INCORRECT})
-    first, second = load(Path(f"{a1}+{a2}")), load(Path(f"{b1}+{b2}"))
-    assert set(first) == {"p", "q"} and verdict_changes([first, second]) == {"p": ["ok", "rejected"]}
-    # a row in two of the joined folders: which one counts would be a guess
-    with pytest.raises(SystemExit, match="more than one"):
-        load(Path(f"{a1}+{b1}"))
-    # a folder whose own name holds "+" (a mirror's owner+name) is one run
-    assert set(load(run("owner+name", {"r": Status.OK}))) == {"r"}

@@ -8,7 +8,7 @@ import importlib
 import pytest
 from scripts import load_script
 
-MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate", "cudal1.reproduction", "cudal1.gpu_gaps", "cudal1.evaluator.pace", "cudal1.evaluator.contention", "cudal1.evaluator.idle_device", "cudal1.measured"]
+MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate", "cudal1.reproduction", "cudal1.gpu_gaps", "cudal1.evaluator.pace", "cudal1.evaluator.contention", "cudal1.evaluator.idle_device", "cudal1.measured", "cudal1.reports"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -20,7 +20,7 @@ def test_doctests(name: str) -> None:
         assert result.attempted > 0, f"{name} should carry doctests"
 
 
-@pytest.mark.parametrize("script", ["release_bench", "pool_phases", "stopping_rules", "estimators", "graph_levels", "agreement_split", "agreement_noise", "interleave", "hidden_siblings", "release_eval", "release_split", "parent_load", "host_pace_load", "core_pace", "stacks_table"])
+@pytest.mark.parametrize("script", ["release_bench", "release_eval", "fresh_clone"])
 def test_benchmark_summary_doctests(script: str) -> None:
     """The summaries in benchmarks/ are scripts, not modules of the package: loaded by path."""
     module = load_script(script)

@@ -127,7 +127,7 @@ def test_a_worker_build_stops_at_its_first_failed_compile(ext_root: Path) -> Non
 def test_threads_starting_workers_at_once_get_one_shim_so_one_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch starts its first workers from several threads at once; a shim directory each gave their
     workers different PATHs, and the fork servers are keyed by the environment: three servers, each
-    importing torch, at a 2-core machine's start (benchmarks/batch_start.py)."""
+    importing torch, at a 2-core machine's start."""
     import threading
 
     from cudal1.evaluator import failfast

@@ -49,9 +49,10 @@ def test_the_core_imports_no_prefect_mlflow_or_dvc() -> None:
 
 def test_no_import_circles() -> None:
     """A module that imports one that imports it back (even inside a function) has no order a reader can
-    follow and breaks when either moves: none in the package, the flows or the tasks."""
+    follow and breaks when either moves: none in the package, the flows, the tasks or the benchmarks."""
     from structure import import_cycles, import_graph, module_files
 
-    graph = import_graph(module_files(("cudal1", "flows", "tasks")))
+    graph = import_graph(module_files(("cudal1", "flows", "tasks", "benchmarks")))
     assert len(graph) > 50 and graph["cudal1.evaluator.core"], "the walk found the modules and their imports"
+    assert "cudal1.reports" in graph["benchmarks.release_bench"], "the benchmarks' imports are in the graph"
     assert import_cycles(graph) == []
