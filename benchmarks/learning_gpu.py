@@ -58,7 +58,7 @@ def measured_corpus(problems: list, protocol: Any) -> list:
     return [PoolEntry.from_evaluation(c, e, "corpus") for c, e in zip(candidates, evaluations, strict=True) if e.ok]
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--problems", type=int, default=15, help="first N starter problems")
@@ -75,6 +75,55 @@ def main(argv: list[str] | None = None) -> None:
     if args.device.startswith("cuda:") and "CUDA_VISIBLE_DEVICES" not in os.environ:
         os.environ["CUDA_VISIBLE_DEVICES"] = args.device.split(":", 1)[1]
         args.device = "cuda:0"
+    return args
+
+
+def rl_stage(model: Any, tokenizer: Any, problems: list, corpus: list, protocol: Any, args: argparse.Namespace,
+             out: Path) -> dict[str, Any]:
+    """The contrastive-RL epochs with every candidate evaluated on the GPU: the report's ``rl_epoch`` (the
+    first epoch's metrics and time split) and, for several epochs, ``rl_epochs`` and ``rl_total_s``."""
+    from cudal1.pool import CandidatePool
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.rl import run_contrastive_rl
+    from cudal1.training.settings import RLSettings
+
+    clock = Stopwatch()
+    model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
+    evaluate_fn = evaluator_fn(protocol)
+    evaluate = clock.wrap("evaluation", evaluate_fn)
+    settings = RLSettings(epochs=args.rl_epochs, num_generations=args.generations, prompts_per_step=3,
+                          max_new_tokens=160, temperature=1.0, learning_rate=2e-4)
+    splits: list[dict[str, float]] = []
+    marks = {"t": time.perf_counter(), "generation": 0.0, "evaluation": 0.0}
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        """Each epoch's split: the clock's seconds since the epoch before (the reward calls of later epochs
+        take the problems' references kept by the evaluator)."""
+        now = time.perf_counter()
+        split = {k: clock.seconds.get(k, 0.0) - marks[k] for k in ("generation", "evaluation")}
+        total = now - marks["t"]
+        splits.append({"generation_s": split["generation"], "evaluation_s": split["evaluation"],
+                       "training_and_other_s": total - sum(split.values()), "total_s": total})
+        marks.update({"t": now, **{k: clock.seconds.get(k, 0.0) for k in ("generation", "evaluation")}})
+
+    t0 = time.perf_counter()
+    try:
+        model, epochs = run_contrastive_rl(model, tokenizer, {p.problem_id: p for p in problems},
+                                           CandidatePool(corpus), evaluate, settings, out / "rl", on_epoch=on_epoch)
+        total = time.perf_counter() - t0
+    finally:
+        evaluate_fn.close()
+    split = {"generation_s": clock.seconds.get("generation", 0.0), "evaluation_s": clock.seconds.get("evaluation", 0.0)}
+    split["training_and_other_s"] = total - sum(split.values())
+    # one epoch: its split as it always was, to the run's end; several: each epoch's, to its own end
+    report = {"rl_epoch": epochs[0] | (split | {"total_s": total} if args.rl_epochs == 1 else splits[0])}
+    if args.rl_epochs > 1:
+        report |= {"rl_epochs": [e | part for e, part in zip(epochs, splits, strict=True)], "rl_total_s": total}
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.dry_run:
         print(json.dumps(vars(args) | {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
         return
@@ -83,13 +132,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from cudal1.evaluator.config import EvalConfig
     from cudal1.generation.tiny_policy import build_tiny_policy
-    from cudal1.pool import CandidatePool
     from cudal1.problems import load_starter_suite
     from cudal1.training.data import sft_examples, tokenizer_texts
-    from cudal1.training.evaluation import evaluator_fn
     from cudal1.training.finetune import finetune, load_policy
-    from cudal1.training.rl import run_contrastive_rl
-    from cudal1.training.settings import FinetuneSettings, PromptSettings, RLSettings
+    from cudal1.training.settings import FinetuneSettings, PromptSettings
 
     assert torch.cuda.is_available(), "no CUDA device: this is the GPU smoke run"
     out = Path(args.out)
@@ -109,40 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     model, sft = finetune(model.to("cuda"), tokenizer, rows,
                           FinetuneSettings(epochs=args.sft_epochs, learning_rate=1e-3, batch_size=4), out / "sft-work")
     report["sft"] = sft | {"seconds": time.perf_counter() - t0}
-
-    clock = Stopwatch()
-    model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
-    evaluate_fn = evaluator_fn(protocol)
-    evaluate = clock.wrap("evaluation", evaluate_fn)
-    settings = RLSettings(epochs=args.rl_epochs, num_generations=args.generations, prompts_per_step=3,
-                          max_new_tokens=160, temperature=1.0, learning_rate=2e-4)
-    splits: list[dict[str, float]] = []
-    marks = {"t": time.perf_counter(), "generation": 0.0, "evaluation": 0.0}
-
-    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
-        """Each epoch's split: the clock's seconds since the epoch before (the reward calls of later epochs
-        take the problems' references kept by the evaluator, kept.py)."""
-        now = time.perf_counter()
-        split = {k: clock.seconds.get(k, 0.0) - marks[k] for k in ("generation", "evaluation")}
-        total = now - marks["t"]
-        splits.append({"generation_s": split["generation"], "evaluation_s": split["evaluation"],
-                       "training_and_other_s": total - sum(split.values()), "total_s": total})
-        marks.update({"t": now, **{k: clock.seconds.get(k, 0.0) for k in ("generation", "evaluation")}})
-
-    t0 = time.perf_counter()
-    try:
-        model, epochs = run_contrastive_rl(model, tokenizer, {p.problem_id: p for p in problems},
-                                           CandidatePool(corpus), evaluate, settings, out / "rl", on_epoch=on_epoch)
-        total = time.perf_counter() - t0
-    finally:
-        evaluate_fn.close()
-    split = {"generation_s": clock.seconds.get("generation", 0.0), "evaluation_s": clock.seconds.get("evaluation", 0.0)}
-    split["training_and_other_s"] = total - sum(split.values())
-    # one epoch: its split as it always was, to the run's end; several: each epoch's, to its own end
-    report["rl_epoch"] = epochs[0] | (split | {"total_s": total} if args.rl_epochs == 1 else splits[0])
-    if args.rl_epochs > 1:
-        report["rl_epochs"] = [e | part for e, part in zip(epochs, splits, strict=True)]
-        report["rl_total_s"] = total
+    report |= rl_stage(model, tokenizer, problems, corpus, protocol, args, out)
     print(json.dumps(report, default=float))
 
 
