@@ -4,8 +4,10 @@ stand-in for what needs a GPU, or in its dry mode (DRY_RUN=1 for a shell script,
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,28 @@ def test_benchmarks_holds_a_dozen_tools_at_most_each_run_here_and_showing_its_us
     for script in SCRIPTS:  # the usage line: a command that runs it, in its header
         head = "\n".join(script.read_text().splitlines()[:40])
         assert f"benchmarks/{script.name}" in head, f"{script.name}: no usage line in its header"
+
+
+def test_every_name_a_script_takes_from_the_package_is_there() -> None:
+    """What the scripts import from cudal1, at their top, inside functions or in a shell script's inline
+    Python: the GPU machine would find a renamed module or function only when it runs the script."""
+    import importlib
+    import importlib.util
+
+    wanted: set[tuple[str, str]] = set()
+    for script in SCRIPTS:
+        text = script.read_text()
+        if script.suffix == ".py":
+            wanted |= {(node.module, a.name) for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ImportFrom)
+                       and (node.module or "").startswith("cudal1") for a in node.names}
+        else:
+            wanted |= {(module, name.strip()) for module, names in re.findall(r"from (cudal1[\w.]*) import ([\w, ]+)", text)
+                       for name in names.split(",")}
+    assert ("cudal1.reports", "run_agreement") in wanted and ("cudal1.measured", "pytest_summary") in wanted
+    missing = [f"{module}.{name}" for module, name in sorted(wanted)
+               if not hasattr(importlib.import_module(module), name)
+               and importlib.util.find_spec(f"{module}.{name}") is None]
+    assert missing == []
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s.suffix == ".sh"], ids=lambda s: s.name)
