@@ -12,8 +12,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 def load_script(name: str) -> ModuleType:
     """benchmarks/<name>.py, executed as the module of that name (in sys.modules, as an import would put
-    it: doctest finds a function's examples only in the module sys.modules names for it, and a script
-    importing another, as stopping_rules imports release_bench, registers it there)."""
+    it: doctest finds a function's examples only in the module sys.modules names for it)."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
