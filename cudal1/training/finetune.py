@@ -48,9 +48,9 @@ def device_kwargs(precision: str | None = None) -> dict[str, Any]:
 def one_gpu_per_process() -> None:
     """Refuse, naming the two ways out, a process that sees several GPUs and was not started by a launcher:
     TRL's trainers would wrap the model in DataParallel and stop with their own error, deep in the stage
-    (as a learning run on a two-GPU host did). TRL lets a
-    model split across devices by ``device_map`` through; :func:`load_policy` loads the policy whole, so here a
-    process that sees several GPUs can only mean DataParallel."""
+    (as a learning run on a two-GPU host did). TRL lets a model split across devices by ``device_map`` through;
+    :func:`load_policy` loads the policy whole, so here a process that sees several GPUs can only mean
+    DataParallel."""
     import torch
 
     visible = torch.cuda.device_count()
