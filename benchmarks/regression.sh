@@ -4,7 +4,7 @@
 # repository root on the GPU machine, BEFORE a copy of the earlier tree (e.g. `git archive COMMIT | tar -x -C
 # carry/before`, carried along):
 #
-#   BEFORE=carry/before [N=40] [RELEASE=carry/h100.jsonl] [CALL_S=540] [COMMIT=abc1234 BEFORE_COMMIT=def5678] \
+#   BEFORE=carry/before [N=40] [RELEASE=carry/h100.jsonl] [DEVICES=cuda:0] [CALL_S=540] [COMMIT=abc1234 BEFORE_COMMIT=def5678] \
 #       bash benchmarks/regression.sh
 #
 # Each run is benchmarks/release_run.sh's (its own session; a call that ends first leaves it running, and
@@ -40,7 +40,7 @@ for spec in before/cold after/cold before/warm after/warm; do
   tree=.; [ "$side" = before ] && tree=$BEFORE
   echo "== $side $step"
   TMPDIR=$WORK/tmp-$side RUN=$WORK/$side STEPS=$step TREE=$tree LIMIT=$N COSTS=0 AGREE=$agree RELEASE=$RELEASE \
-    DEVICES=cuda:0 UNTIL_S=$(left) bash benchmarks/release_run.sh || exit $?
+    DEVICES=${DEVICES:-cuda:0} UNTIL_S=$(left) bash benchmarks/release_run.sh || exit $?
 done
 dry && exit 0
 dest=$OUT/regression-$N
