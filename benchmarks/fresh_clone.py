@@ -90,6 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"-> {args.out / 'result.json'}")
         return 0
     work = Path(tempfile.mkdtemp(prefix="cudal1-fresh-clone-"))
+    try:
+        return measure(work, targets, args)
+    finally:
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(work: Path, targets: list[str], args: argparse.Namespace) -> int:
+    """Each target timed in a clone under ``work``, then the result written; 1 where a target failed."""
     repo, env = clone(work), environment(work)
     walls, logs = {}, {}
     for target in targets:
@@ -98,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make {target}: {wall:.1f} s, exit {code}", flush=True)
         if code != 0:
             print(logs[target][-3000:], file=sys.stderr)
-            print(f"`make {target}` failed in {repo}: no result written", file=sys.stderr)
+            print(f"`make {target}` failed: no result written (--keep keeps the clone)", file=sys.stderr)
             return 1
         walls[target] = wall
     figures = figures_from(walls, logs)
@@ -108,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                         notes="Each in a new clone, in that order: the first target timed pays for the set-up. "
                               "The pytest figures are pytest's own summary line.")
     print(path, figures)
-    if args.keep:
-        print(f"kept: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
