@@ -36,12 +36,12 @@ from reference_pages import evalconfig_page, params_page, section_classes  # noq
 from cudal1.measured import Result, Table, read_result  # noqa: E402
 
 OPEN = re.compile(r"<!-- (fig|table|source|default) ")
-FIG = re.compile(r"<!-- fig (?P<name>\S+) (?P<key>\S+)(?: (?P<fmt>[^\n]*?))? -->(?P<text>.*?)<!-- /fig -->", re.S)
-TABLE = re.compile(r"<!-- table (?P<name>\S+) (?P<key>\S+)(?: (?P<fmt>[^\n]*?))? -->\n(?P<text>.*?)<!-- /table -->",
-                   re.S)
-SOURCE = re.compile(r"<!-- source (?P<name>\S+) -->(?P<text>.*?)<!-- /source -->", re.S)
-DEFAULT = re.compile(r"<!-- default (?P<cls>\w+)\.(?P<field>\w+)(?: (?P<fmt>[^\n]*?))? -->(?P<text>.*?)"
-                     r"<!-- /default -->", re.S)
+FMT = r"(?: (?P<fmt>(?:(?!-->)[^\n])*?))?"  # the rest of the opening comment, never past its end
+TEXT = r"(?P<text>(?:(?!<!-- (?:fig|table|source|default) ).)*?)"  # never across another marker
+FIG = re.compile(r"<!-- fig (?P<name>\S+) (?P<key>\S+)" + FMT + r" -->" + TEXT + r"<!-- /fig -->", re.S)
+TABLE = re.compile(r"<!-- table (?P<name>\S+) (?P<key>\S+)" + FMT + r" -->\n" + TEXT + r"<!-- /table -->", re.S)
+SOURCE = re.compile(r"<!-- source (?P<name>\S+) -->" + TEXT + r"<!-- /source -->", re.S)
+DEFAULT = re.compile(r"<!-- default (?P<cls>\w+)\.(?P<field>\w+)" + FMT + r" -->" + TEXT + r"<!-- /default -->", re.S)
 FENCE = re.compile(r"^```.*?^```[^\n]*$", re.M | re.S)
 REFERENCE_PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/params.md": params_page,
@@ -153,19 +153,19 @@ def fill(text: str, where: str, results_root: Path | None = None) -> str:
     out, last = [], 0
     for fence in [*FENCE.finditer(text), None]:
         end = fence.start() if fence else len(text)
-        out.append(_fill_prose(text[last:end], filler))
+        out.append(_fill_prose(text[last:end], filler, text[:last].count("\n")))
         if fence:
             out.append(fence.group(0))
             last = fence.end()
     return "".join(out)
 
 
-def _fill_prose(chunk: str, filler: Filler) -> str:
+def _fill_prose(chunk: str, filler: Filler, first_line: int) -> str:
     closed = sum(len(p.findall(chunk)) for p in (FIG, TABLE, SOURCE, DEFAULT))
     if len(OPEN.findall(chunk)) != closed:
-        line = next(chunk[: m.start()].count("\n") + 1 for m in OPEN.finditer(chunk)
-                    if not any(p.match(chunk, m.start()) for p in (FIG, TABLE, SOURCE, DEFAULT)))
-        raise MarkerError(f"{filler.where}: a marker near line {line} of its block is not closed or not well formed. "
+        line = first_line + next((chunk[: m.start()].count("\n") + 1 for m in OPEN.finditer(chunk)
+                     if not any(p.match(chunk, m.start()) for p in (FIG, TABLE, SOURCE, DEFAULT))), 1)
+        raise MarkerError(f"{filler.where}: the marker on line {line} is not closed or not well formed. "
                           "Fix: end it with <!-- /fig -->, <!-- /table --> (on its own line), <!-- /source --> or "
                           "<!-- /default -->, with NAME and KEY in the opening comment")
     for pattern, method in ((TABLE, filler.table), (FIG, filler.fig), (SOURCE, filler.source),

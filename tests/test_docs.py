@@ -73,8 +73,8 @@ def test_a_marker_naming_what_does_not_exist_says_where_and_how_to_fix(results: 
 
 
 def test_an_unclosed_marker_is_an_error(results: Path) -> None:
-    with pytest.raises(generate.MarkerError, match="not closed"):
-        generate.fill("a <!-- fig run-x wall_s -->12 s, never closed\n", "README.md", results)
+    with pytest.raises(generate.MarkerError, match="README.md: the marker on line 2 is not closed"):
+        generate.fill("ok\na <!-- fig run-x wall_s -->12 s, never closed\n", "README.md", results)
 
 
 def test_a_hand_edited_figure_is_caught(tmp_path: Path, results: Path) -> None:
