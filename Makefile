@@ -20,7 +20,7 @@ setup: $(STAMP)
 # torch comes first, from pip: pip takes the local CPU wheel (a bare `torch` requirement, or uv, would pull a
 # multi-GB CUDA build); with torch 2.13.0 in place the project's range installs nothing more for it. The
 # rest goes through uv: 44 s from an empty cache against pip's 160 s from a warm one, same versions
-# (docs/pipeline.md). Bytecode is compiled at install: stages start as fresh processes, and where
+# (docs/learned.md). Bytecode is compiled at install: stages start as fresh processes, and where
 # PYTHONDONTWRITEBYTECODE is set nothing would ever be cached.
 UV_VERSION := 0.13.9
 
