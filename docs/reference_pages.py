@@ -73,7 +73,7 @@ def source_class(klass: type) -> SourceClass:
         return SourceClass("", {}, {})
     node, comments = found
     docs, groups, group, consumed = {}, {}, "", set()
-    previous_end = node.body[0].lineno - 1 if node.body else node.lineno
+    previous_end = node.lineno  # the class line: comments above the first field are below it
     for stmt in node.body:
         for row in range(previous_end + 1, stmt.lineno):
             text, alone = comments.get(row, ("", False))
