@@ -215,7 +215,7 @@ def params_page() -> str:
         "key, a wrong type or a missing path stops a flow before it starts, naming the key and the fix. The "
         "default column is the code's; the committed `params.yaml` sets some keys otherwise (the embedded CPU "
         "configuration). Relative paths start at the params file's folder. `protocol` keys are "
-        "[EvalConfig](evalconfig.md) fields.", "",
+        "[EvalConfig](evalconfig.md) fields; paths under `../shared` are the outside data of [data.md](../data.md).", "",
         "Sections: " + ", ".join(f"[{name}](#{anchor(name)})" for name in SECTIONS) + ".", "",
     ]
     for name, klass in SECTIONS.items():
