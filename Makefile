@@ -13,14 +13,14 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup sandbox run test check lint gpu-test clean
+.PHONY: setup sandbox run test check lint docs gpu-test clean
 
 setup: $(STAMP)
 
 # torch comes first, from pip: pip takes the local CPU wheel (a bare `torch` requirement, or uv, would pull a
 # multi-GB CUDA build); with torch 2.13.0 in place the project's range installs nothing more for it. The
 # rest goes through uv: 44 s from an empty cache against pip's 160 s from a warm one, same versions
-# (docs/pipeline.md). Bytecode is compiled at install: stages start as fresh processes, and where
+# (docs/learned.md). Bytecode is compiled at install: stages start as fresh processes, and where
 # PYTHONDONTWRITEBYTECODE is set nothing would ever be cached.
 UV_VERSION := 0.13.9
 
@@ -53,16 +53,21 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The whole suite (what CI runs).
 test: setup
-	$(BIN)/ruff check cudal1 flows tasks tests benchmarks
+	$(BIN)/ruff check cudal1 flows tasks tests benchmarks docs
 	$(BIN)/python -m pytest -q $(XDIST)
 
 # The fast tier: every module, doctests and real evaluations, without the tests marked slow.
 check: setup
-	$(BIN)/ruff check cudal1 flows tasks tests benchmarks
+	$(BIN)/ruff check cudal1 flows tasks tests benchmarks docs
 	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(XDIST)
 
 lint: setup
-	$(BIN)/ruff check cudal1 flows tasks tests benchmarks
+	$(BIN)/ruff check cudal1 flows tasks tests benchmarks docs
+
+# Regenerate the docs' generated parts: figures and tables from results/, the params and EvalConfig
+# references from the code (`docs/generate.py --check` is what the tests run).
+docs: setup
+	$(BIN)/python docs/generate.py
 
 gpu-test:
 	# On the device machine (torch + core only): PYTHONPATH=. python -m pytest -m gpu tests/gpu

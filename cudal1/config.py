@@ -29,8 +29,8 @@ SuiteKind = Literal["starter", "kernelbench_jsonl", "folder", "cudal1_release"]
 class SuiteParams:
     """One source of problems. ``path`` is needed by every kind but ``starter``."""
 
-    kind: SuiteKind = "starter"
-    path: str | None = None
+    kind: SuiteKind = "starter"  # starter (the built-in suite), kernelbench_jsonl, folder or cudal1_release
+    path: str | None = None  # the file or folder of problems (relative paths start at the params file)
     levels: tuple[int, ...] = ()  # empty: every level
 
     def __post_init__(self) -> None:
@@ -40,10 +40,11 @@ class SuiteParams:
 
 @dataclass(frozen=True)
 class ProblemsParams:
+    # The sources of problems, loaded into one table; duplicate ids are an error.
     suites: tuple[SuiteParams, ...] = (SuiteParams(),)
     ids: tuple[str, ...] = ()  # keep only these problem ids (empty: all)
     limit: int | None = None  # keep the first N problems after `ids` (quick runs)
-    out: str = "data/problems/problems.parquet"
+    out: str = "data/problems/problems.parquet"  # output: the problems table
 
 
 TemplateVariant = Literal["baseline", "no_grad", "inference_mode", "channels_last", "cuda_graph"]
@@ -54,7 +55,8 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"
 class TemplateParams:
     """The offline template teacher: generic rewrites of every reference (see cudal1.generation.teachers)."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: no template rewrites (teachers only)
+    # Which rewrites to write; cuda_graph only where a device is cuda:N.
     variants: tuple[TemplateVariant, ...] = ("baseline", "no_grad", "inference_mode", "channels_last", "cuda_graph")
     compile_modes: tuple[CompileMode, ...] = ()  # torch.compile is slow to build on CPU: opt in
 
@@ -63,16 +65,17 @@ class TemplateParams:
 class TeacherParams:
     """An OpenAI-compatible endpoint (OpenAI, vLLM, `transformers serve`...)."""
 
-    name: str
+    name: str  # a label: the candidates' origin is teacher:<name>
     base_url: str  # e.g. http://127.0.0.1:8000/v1
-    model: str
+    model: str  # the model name the endpoint serves (GET /v1/models lists them)
     api_key_env: str | None = None  # name of the environment variable holding the key; None: no key
+    # `chat` asks /v1/chat/completions; `completions` sends raw text (a model without a chat template).
     api: Literal["chat", "completions"] = "chat"
     samples_per_problem: int = 20  # CUDA-L1 stage 1: up to 20 attempts per problem...
     stop_after_successes: int = 2  # ...stopping after 2 correct ones
-    temperature: float = 0.7
-    max_tokens: int = 4096
-    request_timeout_s: float = 600.0
+    temperature: float = 0.7  # sampling temperature of each request
+    max_tokens: int = 4096  # longest answer, in tokens
+    request_timeout_s: float = 600.0  # seconds per request before it counts as failed (and is retried)
     retries: int = 2  # on I/O errors only (connection, timeout, 429, 5xx)
 
     def __post_init__(self) -> None:
@@ -86,15 +89,19 @@ class TeacherParams:
 class AugmentParams:
     problems: str = "data/problems/problems.parquet"  # input: the problems stage's output
     out_dir: str = "data/augment"  # candidates.parquet, evaluations.parquet, corpus.parquet
-    template: TemplateParams = field(default_factory=TemplateParams)
+    template: TemplateParams = field(default_factory=TemplateParams)  # the offline template teacher
+    # OpenAI-compatible endpoints asked for candidates; none by default (offline).
     teachers: tuple[TeacherParams, ...] = ()
+    # Where candidates are evaluated: cpu or cuda:N, one candidate timed per device at a time.
     devices: tuple[str, ...] = ("cpu",)
+    # How candidates are checked and timed (EvalConfig fields; unlisted ones keep their defaults).
     protocol: EvalConfig = field(default_factory=EvalConfig)
     # The reference itself is a baseline, not a rewrite worth learning from.
     corpus_exclude_origins: tuple[str, ...] = ("template:baseline",)
     # Resumable state, outside DVC's outs on purpose (DVC deletes outs before a stage re-runs): every
     # measurement keyed by problem, candidate, protocol and hardware, and every teacher completion.
     measurements_cache: str = "data/cache/augment-measurements.parquet"
+    # Every teacher answer, keyed by endpoint settings and prompt.
     completions_cache: str = "data/cache/completions.jsonl"
 
     def __post_init__(self) -> None:
@@ -105,24 +112,27 @@ class AugmentParams:
 
 @dataclass(frozen=True)
 class EvaluateParams:
-    problems: str = "data/problems/problems.parquet"
+    problems: str = "data/problems/problems.parquet"  # input: the problems table
     candidates: str = "data/augment/candidates.parquet"  # any stage's candidate table
     # Evaluation tables whose rows (same problem, candidate, protocol hash and device) are reused as-is.
     reuse: tuple[str, ...] = ("data/augment/evaluations.parquet",)
-    out: str = "data/evaluate/evaluations.parquet"
+    out: str = "data/evaluate/evaluations.parquet"  # output: one evaluation per candidate
+    # Where candidates are evaluated: cpu or cuda:N, one candidate timed per device at a time.
     devices: tuple[str, ...] = ("cpu",)
+    # The reported measurements' protocol (EvalConfig fields).
     protocol: EvalConfig = field(default_factory=EvalConfig)
+    # Resumable state: every measurement, kept across runs.
     measurements_cache: str = "data/cache/evaluate-measurements.parquet"
 
 
 @dataclass(frozen=True)
 class ReportParams:
-    problems: str = "data/problems/problems.parquet"
+    problems: str = "data/problems/problems.parquet"  # input: the problems table
     candidates: str = "data/augment/candidates.parquet"  # for each candidate's origin
-    evaluations: str = "data/evaluate/evaluations.parquet"
-    out_dir: str = "reports"
+    evaluations: str = "data/evaluate/evaluations.parquet"  # input: the evaluations to report
+    out_dir: str = "reports"  # report.md, metrics.json, plots/
     threshold: float = 1.01  # CUDA-L1 counts a problem as sped up above 1.01x
-    title: str = "cudal1 report"
+    title: str = "cudal1 report"  # the report's heading
 
 
 @dataclass(frozen=True)
@@ -154,8 +164,9 @@ def _default_pools() -> tuple[PoolParams, ...]:
 class CrossGpuParams:
     """The cross-GPU table: one candidate set evaluated on every pool (flows/cross_gpu.py)."""
 
+    # One entry per GPU kind: a Prefect work pool with workers on hosts of that kind.
     pools: tuple[PoolParams, ...] = field(default_factory=_default_pools)
-    problems: str = "data/problems/problems.parquet"
+    problems: str = "data/problems/problems.parquet"  # input: the problems table (not read when release is set)
     candidates: str = "data/augment/candidates.parquet"  # the evaluate stage's input; or the augment corpus
     # A CUDA-L1 release file (../shared/cuda-l1/h100.jsonl): its rows are the problems, every one of them,
     # and its programs the candidates; problems and candidates above are then not read.
@@ -169,13 +180,13 @@ class CrossGpuParams:
     # without measurements starts from them, so --gather on a fresh clone makes the committed report (with
     # --key <their key> once the protocol has changed: the key covers it).
     kept: str | None = None
-    protocol: EvalConfig = field(default_factory=EvalConfig)
+    protocol: EvalConfig = field(default_factory=EvalConfig)  # the same on every GPU (EvalConfig fields)
     wait_timeout_s: float = 600.0  # how long a flow run may wait for a worker to pick it up
     run_timeout_s: float | None = None  # how long a picked-up run may take (None: no limit)
-    poll_s: float = 5.0
-    out_dir: str = "reports/cross_gpu"
+    poll_s: float = 5.0  # how often the flow polls the pools' runs, seconds
+    out_dir: str = "reports/cross_gpu"  # where the report goes
     report_name: str = "cross_gpu"  # file stem under out_dir: <name>.md, .csv, .json, <name>-rows-<GPU>.csv
-    threshold: float = 1.01
+    threshold: float = 1.01  # the speedup counted as sped up
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.pools]
@@ -198,18 +209,20 @@ class GateParams:
     """The promotion gate (flows/gate.py): the version contrastive_rl registered against the one holding
     ``alias``, each writing one program per problem for the same prompts, all measured under ``protocol``."""
 
-    problems: str = "data/problems/problems.parquet"
+    problems: str = "data/problems/problems.parquet"  # input: the problems table
     corpus: str = "data/augment/corpus.parquet"  # exemplars of the prompts (one fixed draw, shared by both)
     registration: str = "data/contrastive_rl/registered.json"  # which version contrastive_rl registered
-    alias: str = "champion"
-    prompts: PromptSettings = field(default_factory=PromptSettings)
-    seed: int = 0
+    alias: str = "champion"  # the registry alias the new version must beat, and moves to when promoted
+    prompts: PromptSettings = field(default_factory=PromptSettings)  # how the prompts' exemplars are drawn
+    seed: int = 0  # the one exemplar draw both versions answer
     samples: int = 1  # programs per problem and version (temperature 0: greedy, one is enough)
-    temperature: float = 0.0
-    max_new_tokens: int = 160
-    margin: Margin = field(default_factory=Margin)
-    devices: tuple[str, ...] = ("cpu",)
+    temperature: float = 0.0  # 0: greedy
+    max_new_tokens: int = 160  # longest program, in tokens
+    margin: Margin = field(default_factory=Margin)  # how much better the new version must be (cudal1/gate.py)
+    devices: tuple[str, ...] = ("cpu",)  # where both versions' programs are measured: cpu or cuda:N
+    # The protocol of the gate's figures (EvalConfig fields).
     protocol: EvalConfig = field(default_factory=EvalConfig)
+    # Resumable state: the gate's measurements, kept across runs.
     measurements_cache: str = "data/cache/gate-measurements.parquet"
     out_dir: str = "data/gate"  # candidates.parquet, evaluations.parquet: both versions' programs
     metrics: str = "reports/gate.json"  # the decision and its figures (`dvc metrics show`)

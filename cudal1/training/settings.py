@@ -43,12 +43,12 @@ class PromptSettings:
 class PolicySettings:
     """``model: tiny`` builds the project's own policy; anything else is a hub id or a local path."""
 
-    model: str = "tiny"
-    vocab_size: int = 4096
-    hidden: int = 128
-    layers: int = 2
-    max_positions: int = 4096
-    seed: int = 0
+    model: str = "tiny"  # tiny: the project's small Llama, built offline; else a hub id or a local folder
+    vocab_size: int = 4096  # tiny only: the tokenizer's upper bound
+    hidden: int = 128  # tiny only: hidden size
+    layers: int = 2  # tiny only: transformer layers
+    max_positions: int = 4096  # tiny only: the longest sequence
+    seed: int = 0  # tiny only: same texts and seed give byte-identical files
 
     def __post_init__(self) -> None:
         _positive(self, "vocab_size", "hidden", "layers", "max_positions")
@@ -64,16 +64,16 @@ class PolicySettings:
 class FinetuneSettings:
     """Shared by SFT and the self-supervised rounds: how TRL's SFTTrainer fine-tunes."""
 
-    epochs: float = 8.0
-    learning_rate: float = 2e-3
-    batch_size: int = 8
-    grad_accum: int = 1
+    epochs: float = 8.0  # passes over the examples
+    learning_rate: float = 2e-3  # AdamW's learning rate
+    batch_size: int = 8  # examples per device and step
+    grad_accum: int = 1  # steps accumulated per update
     max_length: int = 3072  # prompt + completion tokens; longer examples are dropped, not truncated
     lora: bool = False  # full fine-tune by default: a tiny policy has no reason to be frozen
-    lora_r: int = 16
-    lora_alpha: int = 32
+    lora_r: int = 16  # LoRA rank (with lora: true)
+    lora_alpha: int = 32  # LoRA scaling (with lora: true)
     gradient_checkpointing: bool = False  # turn on for large policies (memory for time)
-    seed: int = 0
+    seed: int = 0  # the trainer's seed
     # The matmuls' precision while training (the weights stay float32): "auto" is bf16 autocast on a CPU that
     # computes bf16 natively (oneDNN: AVX512-BF16 or AMX) and float32 on one that does not, the trainer's own
     # default on a GPU; "fp32" or "bf16" force it. On a 2-core AVX512-BF16 CPU the default SFT trained in
@@ -89,8 +89,8 @@ class FinetuneSettings:
 @dataclass(frozen=True)
 class SamplingSettings:
     samples: int = 4  # k completions per problem (per prompt)
-    max_new_tokens: int = 384
-    temperature: float = 1.0
+    max_new_tokens: int = 384  # longest completion, in tokens
+    temperature: float = 1.0  # 0: greedy
     batch_size: int = 8  # prompts per generate call
 
     def __post_init__(self) -> None:
@@ -101,11 +101,11 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class SelfSupervisedSettings:
-    rounds: int = 1
+    rounds: int = 1  # sample, evaluate, fine-tune on the correct ones; 0 skips the stage
     copies: int = 2  # each correct sample is trained on this often, each time under a freshly drawn prompt
-    sampling: SamplingSettings = SamplingSettings()
-    finetune: FinetuneSettings = FinetuneSettings(epochs=2.0, learning_rate=5e-4)
-    prompts: PromptSettings = PromptSettings()
+    sampling: SamplingSettings = SamplingSettings()  # how each round samples
+    finetune: FinetuneSettings = FinetuneSettings(epochs=2.0, learning_rate=5e-4)  # how each round fine-tunes
+    prompts: PromptSettings = PromptSettings()  # how the prompts' exemplars are drawn
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
@@ -119,8 +119,8 @@ class RLSettings:
     """Contrastive RL through TRL's GRPOTrainer. One epoch = one pass over ``prompts_per_problem`` prompts
     per problem, each built from the pool as it stands at the start of the epoch."""
 
-    epochs: int = 3
-    prompts_per_problem: int = 1
+    epochs: int = 3  # a rerun with more epochs resumes after the last finished one
+    prompts_per_problem: int = 1  # prompts per problem in an epoch
     # True: every epoch draws its exemplars afresh. False: the draw is seeded the same every epoch, so an
     # epoch's prompts change only where the pool gained an exemplar, and epoch metrics compare policies
     # rather than the luck of the draw (15 prompts per epoch made that luck larger than the RL effect).
@@ -137,9 +137,9 @@ class RLSettings:
     # Optimisation steps served by one generation batch; None: the whole epoch is generated (and
     # evaluated) at once, which keeps a CPU's generate and the evaluator's batches large.
     steps_per_generation: int | None = None
-    max_new_tokens: int = 384
-    temperature: float = 1.0
-    learning_rate: float = 2e-4
+    max_new_tokens: int = 384  # longest completion, in tokens
+    temperature: float = 1.0  # sampling temperature
+    learning_rate: float = 2e-4  # AdamW's learning rate, one optimizer carried across epochs
     iterations: int = 1  # GRPO's mu: optimisation passes over each generation batch (PPO-style clipping)
     # Train only on this top fraction of tokens by entropy (TRL's top_entropy_quantile): the forks where a
     # program goes right or wrong. 1.0: every token.
@@ -150,21 +150,21 @@ class RLSettings:
     speedup_resolution: float = 0.0
     failure_reward: float = -2.0  # failed or malformed completions; must be <= -clip
     format_weight: float = 0.0  # weight of the protocol-format reward beside the speedup reward
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    gradient_checkpointing: bool = False
-    seed: int = 0
-    prompts: PromptSettings = PromptSettings()
+    lora: bool = False  # LoRA adapters (peft) instead of a full fine-tune
+    lora_r: int = 16  # LoRA rank
+    lora_alpha: int = 32  # LoRA scaling
+    gradient_checkpointing: bool = False  # memory for time, for large policies
+    seed: int = 0  # sampling and exemplar draws
+    prompts: PromptSettings = PromptSettings()  # how the prompts' exemplars are drawn
     # Generation through TRL's vLLM integration instead of model.generate (docs/learning.md, "Generation with
     # vLLM"): off by default, as on CPU. "server": completions come from a `trl vllm-serve` process at
     # vllm_server_host:vllm_server_port, which receives the policy's weights after each step; "colocate":
     # vLLM runs inside the trainer's process, on its GPU, with this fraction of the GPU's memory.
     use_vllm: bool = False
-    vllm_mode: Literal["server", "colocate"] = "server"
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_gpu_memory_utilization: float = 0.3
+    vllm_mode: Literal["server", "colocate"] = "server"  # server or colocate (with use_vllm)
+    vllm_server_host: str = "127.0.0.1"  # server mode: the host trl vllm-serve listens on
+    vllm_server_port: int = 8000  # server mode: its port
+    vllm_gpu_memory_utilization: float = 0.3  # colocate mode: the share of the GPU's memory vLLM takes
 
     def __post_init__(self) -> None:
         _positive(self, "epochs", "prompts_per_problem", "num_generations", "prompts_per_step", "max_new_tokens",
