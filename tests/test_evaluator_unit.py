@@ -225,6 +225,16 @@ def test_config_validation_and_hash() -> None:
     assert EvalConfig().tolerance_for("bfloat16") == (1e-2, 1e-2)
 
 
+def test_the_config_hash_is_pinned() -> None:
+    """Results files and resumable batches are keyed by the config hash: a change to EvalConfig's fields or
+    to measurement_dict() that moves these values makes every earlier measurement count as another
+    protocol's. Change them only with a protocol change that is meant to, and say so."""
+    assert EvalConfig().hash == "10f3dd4ca7a7085b"
+    assert EvalConfig(device="cuda:0").hash == "10f3dd4ca7a7085b"  # the device is not in the hash
+    assert EvalConfig(tolerance=1e-2, timing_trials=7, ci_target=0.01).hash == "8cf71a64f7d573bd"
+    assert EvalConfig(device="cuda:1", recheck_above=None, correctness_trials=3).hash == "601ea5f9ba9e2373"
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_evaluation_records_round_trip(tmp_path, suffix: str) -> None:
     e = Evaluation("p", "c", Status.OK, speedup=1.5, reference_ms=3.0, candidate_ms=2.0, flags=("noisy",),
