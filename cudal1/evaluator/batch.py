@@ -18,7 +18,7 @@ from typing import Any
 
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
 from cudal1.evaluator import reaping
-from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
+from cudal1.evaluator.builds import header_beside, pin_cuda_arch
 from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import (
@@ -299,7 +299,7 @@ class _DeviceLoop:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
         twin = self.twins.of(c)
         result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after([] if self.cfg.pause_loads else waits, self.cfg.device),
+                          quiet=quiet_after(waits, self.cfg.device),
                           ready=lambda: ahead.take(twin) if twin is not None else None, **prepared)
         if out_of_memory(result):
             # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
@@ -343,17 +343,15 @@ class _DeviceLoop:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        with QUIET.holding(worker, pause=self.cfg.pause_loads, device=self.cfg.device):
-            alone = worker in self.tune_alone
-            self.tune_alone.discard(worker)
-            return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
+        alone = worker in self.tune_alone
+        self.tune_alone.discard(worker)
+        return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
         session = future.result()
         if not isinstance(session, str):
-            with QUIET.holding(session.worker, pause=self.cfg.pause_loads, device=self.cfg.device), \
-                    suppress(ReferenceError):
+            with suppress(ReferenceError):
                 session.load()  # a failure is raised again, and reported, when its turn comes
 
     def _startable(self, c: Candidate) -> bool:

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,37 +34,27 @@ from cudal1.problems import Problem
 
 
 class Quiet:
-    """Stops the build workers, and every compiler they started, while a device times a candidate; and a
-    device's own loads ahead (EvalConfig.pause_loads) while that device times.
-
-    Measured on the H100 (docs/gpu-runs.md#2026-11-23-two-cold): with 13 builds at nice 19 beside the timing, two
-    cold runs of the same 67 rows differed by a median 3.2% and a 95th percentile of 28%, and the
-    wall-clock check rejected rows in one run and not the other; launch-bound programs (200 calls per
-    trial) moved most. Builds only pause: they resume when no device is timing. A load ahead belongs to
-    one device (``device``) and pauses only while that one times: with two devices one nearly always
-    times, and loads stopped by either would hardly run."""
+    """Stops the build workers, and every compiler they started, while a device times a candidate. Builds
+    at the lowest priority beside the timing made two cold runs of the same rows differ by a median 3%
+    and the wall-clock check reject rows in one run and not the other; launch-bound programs moved most.
+    Builds only pause: they resume when no device is timing."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.workers: set[WorkerProcess] = set()
-        self.depth = 0
-        self.device_depth: Counter[str] = Counter()  # devices timing now, each counted once per timing
+        self.depth = 0  # timings in progress, over every device
         self.keys: dict[WorkerProcess, str] = {}  # a build worker's candidate (source hash)
-        self.devices: dict[WorkerProcess, str] = {}  # a load ahead's device
         self.free: Counter[str] = Counter()  # builds let go by devices waiting for them (letting_go)
 
     def _held(self, workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
-        """Those to be stopped now: a device's load while its device times, a build (not let go) while any does."""
-        return [w for w in workers if (self.device_depth[self.devices[w]] > 0 if w in self.devices
-                                       else self.depth > 0 and self.free[self.keys.get(w, "")] <= 0)]
+        """Those to be stopped now: every build not let go, while any device times."""
+        return [w for w in workers if self.depth > 0 and self.free[self.keys.get(w, "")] <= 0]
 
-    def add(self, worker: WorkerProcess, key: str = "", device: str = "") -> None:
+    def add(self, worker: WorkerProcess, key: str = "") -> None:
         with self.lock:
             self.workers.add(worker)
             if key:
                 self.keys[worker] = key
-            if device:
-                self.devices[worker] = device
             self._signal(signal.SIGSTOP, self._held([worker]))
 
     def discard(self, worker: WorkerProcess) -> None:
@@ -75,16 +65,15 @@ class Quiet:
                 stopped = bool(self._held([worker]))
                 self.workers.discard(worker)
                 self.keys.pop(worker, None)
-                self.devices.pop(worker, None)
                 if stopped:
                     self._signal(signal.SIGCONT, [worker])
 
     @contextmanager
     def letting_go(self, keys: set[str]) -> Iterator[None]:
         """The builds of these candidates go on while a device times: a device is idle waiting for them.
-        On two H200s a device waited 49-96 s a run for builds paused by the other device's timing
-        (docs/gpu-runs.md#2026-11-26-two-gpu-sample); letting every build go on instead widened the
-        spread between runs, so only those a waiting device needs go (on the spare cores, at nice 19)."""
+        On two GPUs a device otherwise waits for builds paused by the other device's timing; letting every
+        build go on instead widened the spread between runs, so only those a waiting device needs go (on
+        the spare cores, at nice 19)."""
         keys = {k for k in keys if k}
         with self.lock:
             self.free.update(keys)
@@ -102,13 +91,9 @@ class Quiet:
                     self._signal(signal.SIGSTOP, [w for w in self.workers if self.keys.get(w) in held])
 
     @contextmanager
-    def holding(self, worker: WorkerProcess, key: str = "", pause: bool = True, device: str = "") -> Iterator[None]:
-        """``worker`` stopped whenever a device times (a build worker), or whenever ``device`` does (a load
-        ahead under EvalConfig.pause_loads), until the block ends; a no-op without ``pause``."""
-        if not pause:
-            yield
-            return
-        self.add(worker, key, device)
+    def holding(self, worker: WorkerProcess, key: str = "") -> Iterator[None]:
+        """A build worker (of the candidate ``key``) stopped whenever a device times, until the block ends."""
+        self.add(worker, key)
         try:
             yield
         finally:
@@ -127,13 +112,11 @@ class Quiet:
                     pass
 
     @contextmanager
-    def __call__(self, device: str = "") -> Iterator[None]:
-        """A device times (``device``: which one, so its own loads stop too)."""
+    def __call__(self) -> Iterator[None]:
+        """A device times."""
         with self.lock:
             before = set(self._held(self.workers))
             self.depth += 1
-            if device:
-                self.device_depth[device] += 1
             self._signal(signal.SIGSTOP, [w for w in self._held(self.workers) if w not in before])
         try:
             yield
@@ -141,8 +124,6 @@ class Quiet:
             with self.lock:
                 before = set(self._held(self.workers))
                 self.depth -= 1
-                if device:
-                    self.device_depth[device] -= 1
                 self._signal(signal.SIGCONT, [w for w in before if w not in self._held(self.workers)])
 
 
@@ -162,12 +143,6 @@ _WARM_LOCK = threading.Lock()
 def _warm_slot(device: str) -> threading.Semaphore:
     with _WARM_LOCK:
         return _WARM_SLOTS.setdefault(device, threading.Semaphore(2))
-
-
-def _quieted(worker: WorkerProcess, config: EvalConfig, key: str = "") -> AbstractContextManager[None]:
-    """A build worker, stopped while a device times (unless the config lets builds go on beside it, or a
-    waiting device lets its ``key`` go, Quiet.letting_go)."""
-    return QUIET.holding(worker, key, pause=not config.builds_beside_timing)
 
 
 def _build_cores(config: EvalConfig) -> tuple[int, ...]:
@@ -203,7 +178,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         (work / "reference.py").write_text(problem.source)
         # Step 1 may be let go while a device times, when a device waits for it; step 2 runs on a GPU,
         # which the other device may be timing on: it stays stopped then.
-        with WorkerProcess(spec, work, "build") as worker, _quieted(worker, config, candidate.sha256):
+        with WorkerProcess(spec, work, "build") as worker, QUIET.holding(worker, candidate.sha256):
             reply = load_candidate(worker, 0, config, build_only=True)
         if not reply.get("ok"):
             return str(reply.get("error", "failed"))
@@ -211,8 +186,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
             return ""
         warm_spec = WorkerSpec(config.device, config.cpu_threads, 0, flush_l2=False, nice=19,
                                extensions_dir=ext_dir, fd_transport=False, cores=_build_cores(config))
-        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, \
-                _quieted(worker, config):
+        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, QUIET.holding(worker):
             reply = load_candidate(worker, 0, config)  # as the timed worker loads: its caches are filled
             if reply.get("ok"):
                 reply = worker.call({"cmd": "warm", "seed": new_seed()}, config.build_timeout_s + config.run_timeout_s)
@@ -320,8 +294,7 @@ def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.E
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     handle = _Compile(proc.pid)
-    if not config.builds_beside_timing:
-        QUIET.add(handle)
+    QUIET.add(handle)
     try:
         out, ended = _until(proc, config.build_timeout_s, stop)
     finally:

@@ -88,17 +88,6 @@ class EvalConfig:
     # in its load: timing waits for loads, and the pools' waits were almost all such loads
     # (docs/evaluator.md, "Where an evaluation's time goes").
     warm_ahead: bool = True
-    # Builds (their own workers and compilers, at the lowest priority, on the cores no device times on)
-    # go on while a device times, instead of pausing (builds.Quiet). Off: 13 builds beside the timing once
-    # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
-    # holds builds back whenever either device times, and the devices then wait for builds.
-    builds_beside_timing: bool = False
-    # Loads ahead (the coming candidates' and references' workers) stopped while their device times, as
-    # builds are, instead of timing waiting for them to finish. Measured on the whole release on an H100
-    # (docs/gpu-runs.md#2026-11-26-release-pause-loads): the waits before timing went from 120 s to 1.5 s,
-    # and each row's wait for its own load from 40 s to 100 s; the evaluations summed to about the same.
-    # The loads take their time either way; stopped, they also sit on device memory longer. Off.
-    pause_loads: bool = False
     # A program that tunes itself by timing (it sets torch.backends.cudnn.benchmark or reads a clock: the
     # static flags in static.SELF_TUNING) makes its first call alone on its device, once the loads ahead
     # are done and builds paused, right before its correctness trials, not among the loads ahead, where
@@ -230,7 +219,7 @@ class EvalConfig:
         # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured;
         # call_pace adds a record beside the figures, outside the calls' time
         skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone", "spare_prep",
+                "warm_ahead", "tune_alone", "spare_prep",
                 "call_pace"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 

@@ -270,11 +270,10 @@ def _labelled(future: Future, label: str) -> Future:
 
 
 def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractContextManager[str | None]]:
-    """The timing context of a device loop: first the loads running ahead finish, then builds pause, and
-    ``device``'s own loads ahead when they are held in the pause (EvalConfig.pause_loads, where the caller
-    passes no waits). It yields the load that ended the wait, so an evaluation can report whose load a
-    long wait was (the 2026-11-25 release runs spent 23% of their wall in such waits); None when nothing
-    was still loading. The wait's length is the caller's to measure."""
+    """The timing context of ``device``'s loop: first the loads running ahead and the device's workers still
+    closing finish, then builds pause. It yields what ended the wait (a load's label), so an evaluation can
+    report whose load a long wait was; None when nothing was still loading. The wait's length is the
+    caller's to measure."""
 
     @contextmanager
     def quiet() -> Iterator[str | None]:
@@ -285,7 +284,7 @@ def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractC
                 last = getattr(future, "cudal1_label", "a load ahead")
         if CLOSER.wait(device):  # workers of this device still exiting (closing.py)
             last = last or "workers closing"
-        with QUIET(device):
+        with QUIET():
             yield last
 
     return quiet
