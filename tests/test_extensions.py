@@ -433,7 +433,7 @@ def test_a_build_worker_loads_without_the_timing_preparations(tmp_path: Path, bu
     worker = Worker("cpu", 1, flush_l2=False)
     reply = worker.load({"role": "candidate", "reference_path": str(tmp_path / "reference.py"),
                          "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0,
-                         "graph_inputs": True, "build_only": build_only})
+                         "build_only": build_only})
     assert reply["ok"], reply
     assert worker.model is not None
     assert (worker.plan is None) is build_only

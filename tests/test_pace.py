@@ -24,3 +24,9 @@ def test_a_trial_keeps_the_slower_reading_and_an_evaluation_their_median() -> No
 
 def test_no_reading_no_record() -> None:
     assert _host_pace([TrialPair([2.0], [1.0], 0.01, 0.01)]) == {}
+
+
+def test_the_probe_is_harness_code_a_candidate_cannot_swap_unseen() -> None:
+    from cudal1.evaluator import identity, pace, worker
+    assert identity.harness_code()["pace.probe_ms"] is pace.probe_ms
+    assert worker._own_code()["worker.probe_ms"] is pace.probe_ms

@@ -231,10 +231,10 @@ class _DeviceLoop:
         self.references = references
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
-        # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone): their loads ahead
+        # Workers started ahead for programs that tune themselves (static.tunes_itself): their loads ahead
         # make no first call. Started on the loop's thread, loaded on the loader's. Weak, not by id(): a
         # worker let go unloaded would leave its id behind for a later worker to reuse.
-        self.tune_alone: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        self.tuning_alone: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
@@ -335,17 +335,17 @@ class _DeviceLoop:
         starts were still running when their loads were due."""
         warm = compile_at_start(self.cfg) and mentions_compile(c.source)
         worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
-        if self.cfg.tune_alone and tunes_itself(screen(c.source)[1]):
-            self.tune_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
+        if tunes_itself(screen(c.source)[1]):
+            self.tuning_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
         return worker
 
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        alone = worker in self.tune_alone
-        self.tune_alone.discard(worker)
-        return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
+        alone = worker in self.tuning_alone
+        self.tuning_alone.discard(worker)
+        return load_candidate(worker, session.init_seed, self.cfg, first_call=not alone)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""

@@ -35,7 +35,7 @@ class Run:
     device_draws: bool = False  # both workers draw timed inputs with the harness's kernels (device_draws.py)
     warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)
     # A re-measurement's earlier measurements, (speedup, low, high) each: its trials stop once its interval
-    # agrees with one of them (EvalConfig.recheck_early, trials._pairs); empty for a first measurement
+    # agrees with one of them (trials._pairs); empty for a first measurement
     agree_with: tuple[tuple[float, float, float], ...] = ()
     # Shares of the window the candidate's process spent on the CPU while idle (the reference's warm-up, and
     # its batch where the candidate was not stopped), for the trials over the limit (trials._check_idle)

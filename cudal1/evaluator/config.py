@@ -23,6 +23,10 @@ STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]
 # (docs/gpu-runs.md#2026-11-25-h200-two-gpus); L2-27's passed at a relative L2 error of 0.92-0.96 of its
 # limit and failed at 1.12-1.21 (docs/gpu-runs.md#2026-11-26-two-gpu-sample).
 EDGE = 0.5
+# Settings that were once fields of EvalConfig and are now fixed: kept in measurement_dict() with their
+# values, so the config hash (the key of results files and resumable batches) is what it was.
+_SETTLED: dict[str, Any] = {"clock": "host", "device_draws": True, "fast_core": 0, "quiet_candidate": True,
+                             "recheck_early": True}
 
 
 @dataclass(frozen=True)
@@ -70,63 +74,7 @@ class EvalConfig:
     spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
     spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
     flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
-    # CUDA only: each timed call's inputs and L2 flush replayed as one captured graph (cudal1/evaluator/
-    # graphed.py), checked bit-identical to the eager draws at load (tests/gpu passed with it on the H100,
-    # docs/gpu-runs.md#2026-11-25-graph); the eager path stays wherever the graph cannot stand in.
-    graph_inputs: bool = True
-    # CUDA only: the timed calls' random inputs drawn by the harness's own kernels from a counter the
-    # device advances (cudal1/evaluator/device_draws.py), so a graph replay needs no refill of torch's
-    # generator state: same distributions as get_inputs (checked at load), not the same bits, so it is
-    # part of the measurement's hash. Off, or where nvcc cannot compile them, torch's generators draw.
-    device_draws: bool = True
-    # A batch's candidates get ready ahead. One loaded ahead makes its first call there (fresh inputs,
-    # output discarded; a failure is the load's), so lazy kernel loading, a cached torch.compile's tracing
-    # and library handles are paid beside another candidate's checks, not in its own first correctness
-    # trial: on the H100 the programs' and compile baselines' correctness phases took 0.29-0.44 s (medians)
-    # longer than the same rows' CUDA-graph baselines. A torch.compile program's worker makes torch.compile's
-    # own start (Inductor's imports, a stand-in compile) when it starts, on cores no device times on, not
-    # in its load: timing waits for loads, and the pools' waits were almost all such loads
-    # (docs/evaluator.md, "Where an evaluation's time goes").
-    warm_ahead: bool = True
-    # A program that tunes itself by timing (it sets torch.backends.cudnn.benchmark or reads a clock: the
-    # static flags in static.SELF_TUNING) makes its first call alone on its device, once the loads ahead
-    # are done and builds paused, right before its correctness trials, not among the loads ahead, where
-    # other programs' first calls share the GPU while it times its choices. On a quarter of the H100
-    # release, three warm runs each way on one H100: L1-60 (cuDNN benchmark) read 3.19-3.24x tuned alone,
-    # as in the cold run (3.27x), against 2.19-2.36x tuned among the loads ahead (its candidate 3.1 ms
-    # against 4.2-4.6 ms); the runs' walls were the same (147.5-160.5 s against 150.8-157.3 s), the tuned
-    # first calls 11-13 s a run (docs/gpu-runs.md#2026-11-27-tune-alone).
-    tune_alone: bool = True
-    # A worker's load prepares the reference's inputs (the reference's import, the inputs plan and its
-    # check, the harness's draws and their check, the input graph) on the cores no device times on, and
-    # moves back to its device's timed core before any program code runs. On that one core the
-    # preparation queued behind the other loads ahead and the timed candidate's checks, and timing waits
-    # for the loads ahead. On every fifth release row on an H200 the preparation went from 0.50 to 0.25 s a
-    # load and the correctness trials beside it from 7.0 to 4.7 s (docs/gpu-runs.md#2026-11-28-spare-prep).
-    spare_prep: bool = True
-    # Record only: the timed workers read the host's pace (pace.py's probe) right before each timed call,
-    # outside its time, and each evaluation records the speedup over the calls read at the host's fast
-    # level beside the one over every call (extra["call_pace"], pace.fast_figure); nothing is decided by
-    # it. The pace switches between two levels 1.6x apart in spells of tens of ms, inside one batch: on
-    # eight launch-bound release rows the fast calls' figures of evaluations 1 s apart agreed to 3.9%
-    # where every call's disagreed by 25.7% (docs/gpu-runs.md#2026-11-29-pace-spells).
-    call_pace: bool = False
-    # On CUDA, before each timed call the timed worker reads the host's pace on its core and moves, at most
-    # this many times, to the next of its device's cores (cores.hop_cores) until one reads at the fast
-    # level (cores.CoreHop); 0 leaves every call on the timed core. The host's cores switch between two
-    # levels 1.6x apart each on its own, and a launch-bound call follows its core's level
-    # (docs/gpu-runs.md#2026-11-29-call-pace-release). Both programs of a pair move alike; every call counts.
-    # Off: the call right after a move ran 1.18-1.60x slower on an H200 host (docs/gpu-runs.md#2026-11-29-move-cost).
-    fast_core: int = 0
-    # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
-    # forward; "events", CUDA events recorded around them, which add their own record latency to every
-    # call (~20 us on the H100 host). A CPU device always uses the host's clock.
-    clock: str = "host"
     cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
-    # While the reference's batch is timed the candidate's process is stopped (SIGSTOP, after a device-wide
-    # sync in it; SIGCONT after the batch): no thread it left behind can take the core both share or put
-    # work on the device the reference is timed on (trials.py, docs/evaluator.md).
-    quiet_candidate: bool = True
     # Reject when the candidate claims to save more time than the parent's own wall clock saw.
     wallclock_slack: float = 0.5
     # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the
@@ -138,12 +86,6 @@ class EvalConfig:
     # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
     # settles a disagreement, and the slowest of them is kept.
     recheck_measurements: int = 3
-    # A re-measurement stops its trials (after timing_trials) as soon as its interval agrees with an earlier
-    # measurement's, instead of timing on to the interval target or the ceiling: the question it is timed for
-    # is answered, and the slowest agreeing figure is kept either way, so a lucky first figure still never
-    # counts. Over the whole release on an H200 the time past each row's kept evaluation fell from 128.6 to
-    # 116.7 s cold and from 111.8 to 102.3 s warm (docs/evaluator.md, "A re-measurement stops once it agrees").
-    recheck_early: bool = True
     # --- bounds
     build_timeout_s: float = 600.0  # exec of the module plus its extension builds
     load_timeout_s: float = 120.0  # constructing ModelNew after the build
@@ -179,8 +121,6 @@ class EvalConfig:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):
             raise ValueError(f"tolerance={self.tolerance}: pass a number in (0, 1), e.g. 1e-2")
-        if self.clock not in ("host", "events"):
-            raise ValueError(f"clock={self.clock!r}: use 'host' or 'events'")
         if self.degenerate_policy not in ("flag", "reject"):
             raise ValueError(f"degenerate_policy={self.degenerate_policy!r}: use 'flag' or 'reject'")
         for name in ("build_timeout_s", "load_timeout_s", "run_timeout_s"):
@@ -215,13 +155,8 @@ class EvalConfig:
 
     def measurement_dict(self) -> dict[str, Any]:
         """The fields that decide a measurement (bounds and the device index are excluded)."""
-        # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
-        # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured;
-        # call_pace adds a record beside the figures, outside the calls' time
-        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "tune_alone", "spare_prep",
-                "call_pace"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip} | _SETTLED
 
     @property
     def hash(self) -> str:

@@ -162,7 +162,7 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     which no GPU worker can use). The GPU warm-up step loads as the timed worker does, so the caches the
     timed worker reads (the stand-in's included) are filled.
 
-    ``first_call`` (a batch's loads ahead, EvalConfig.warm_ahead): the program is then called once on
+    ``first_call`` (a batch's loads ahead): the program is then called once on
     fresh inputs, nothing sent back, so what its first call costs (CUDA's lazy kernel loading, a cached
     torch.compile's tracing, library handles) is paid while another candidate is checked instead of in
     this one's first correctness trial. A failure of that call is the load's: a program that cannot
@@ -176,10 +176,8 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     t1 = time.perf_counter()
     reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
-                         "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
-                         "device_draws": draws_path(config) if not build_only else None,
-                         "build_only": build_only, "spare_prep": config.spare_prep,  # build_only: no plan, so no graph
-                         "clock_skew": clock_skew},
+                         "module_file": module_file(worker), "device_draws": draws_path(config) if not build_only else None,
+                         "build_only": build_only, "clock_skew": clock_skew},  # build_only: no plan, so no graph
                         config.build_timeout_s + config.load_timeout_s)
     # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
     reply |= {"ready_wait_s": round(t1 - t0, 3), "load_cmd_s": round(time.perf_counter() - t1, 3)}
@@ -201,7 +199,7 @@ def _first_call(worker: WorkerProcess, config: EvalConfig, *, release: bool) -> 
 
 
 def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float, Any]:
-    """A program that tunes itself by timing makes its first call alone on its device (EvalConfig.tune_alone):
+    """A program that tunes itself by timing makes its first call alone on its device:
     inside the batch's quiet context, once the loads ahead are done and with builds paused, so what it
     times is not shared with other programs' first calls. A failure is the program's, as in its first
     correctness trial; what the call did to the process is checked as a load's is. Returns the wait for
@@ -307,7 +305,7 @@ def evaluate_candidate(
         result = replace(result, extra=ready)
         build_error = builds.get("first_error")
         tuned_wait, tuned_for = 0.0, None
-        if config.tune_alone and quiet is not None and not run.warmed and tunes_itself(static_flags):
+        if quiet is not None and not run.warmed and tunes_itself(static_flags):
             tuned_wait, tuned_s, tuned_for = _first_call_alone(run, quiet)
             result = replace(result, extra=result.extra | {"tuned_first_call_s": round(tuned_s, 3)})
         phase = time.perf_counter()

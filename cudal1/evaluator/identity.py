@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import cores, device_draws, graphed, inputs, pace, probes, transport
+from cudal1.evaluator import device_draws, graphed, inputs, pace, probes, transport
 from cudal1.evaluator.probes import Fingerprints, L2Flush
 
 # What a candidate must not replace: checked for identity after every command.
@@ -76,6 +76,5 @@ def harness_code() -> dict[str, Any]:
                                                                                 "hand", "sums")})
     names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order", "_pattern",
                                                                          "_weights", "_flush", "_rows", "_kernel_sums")})
-    names["pace.probe_ms"] = pace.probe_ms  # which of a program's calls read at the host's fast pace (call_pace)
-    names.update({f"CoreHop.{n}": getattr(cores.CoreHop, n) for n in ("start", "before_call", "home")})  # fast_core
+    names["pace.probe_ms"] = pace.probe_ms  # the host's pace around a timed batch (host_pace_ms)
     return names

@@ -1,7 +1,7 @@
 """What a worker's load prepares from the trusted reference before any program code runs: the inputs plan
 (``get_inputs`` replayed without its Python, checked bit-identical), the L2 flush, the harness's own draws
 (checked against ``get_inputs``'s) and the input graph. Split from :mod:`cudal1.evaluator.worker`, whose
-``load`` runs it, on the cores no device times on (``EvalConfig.spare_prep``).
+``load`` runs it, on the cores no device times on.
 
 torch and the standard library only: the GPU evaluation worker imports it.
 """
@@ -30,12 +30,12 @@ class Prepared:
 
 def prepare(get_inputs: Callable[[], list[Any]], device: torch.device,
             generators: tuple[torch.Generator, torch.Generator | None, torch.Generator | None] | None,
-            flush_l2: bool, draws_path: str | None, graph_inputs: bool, stamps: dict[str, float]) -> Prepared:
+            flush_l2: bool, draws_path: str | None, stamps: dict[str, float]) -> Prepared:
     """The load's preparation for the reference's ``get_inputs`` on ``device``; ``generators`` (the CPU's,
     the harness's device generator, the device's default one) is None for a build worker, which times
     nothing (its warm-up call draws from get_inputs itself). ``draws_path``: the harness's draw kernels
-    (device_draws.py), None to draw with get_inputs' own calls; ``graph_inputs``: capture the input graph.
-    Adds to ``stamps`` when each part ended."""
+    (device_draws.py), None to draw with get_inputs' own calls. The input graph is captured where it can
+    stand in for the eager draws (graphed.py). Adds to ``stamps`` when each part ended."""
     plan = None
     try:
         if generators is not None:
@@ -51,9 +51,9 @@ def prepare(get_inputs: Callable[[], list[Any]], device: torch.device,
         counted, draws_note = device_draws.prepare(draws_path, plan, device, *generators)
     stamps["draws"] = time.perf_counter()
     flush_buffer = l2.buf if l2.enabled else None
-    if graph_inputs and counted is not None:
+    if counted is not None:
         captured = graphed.capture_counted(counted, device, flush_buffer)
-    elif graph_inputs and plan is not None:
+    elif plan is not None:
         captured = graphed.capture(plan, device, generators[0], generators[1], flush_buffer, follow=generators[2])
     stamps["graph"] = time.perf_counter()
     return Prepared(plan, l2, counted, captured, draws_note)

@@ -40,7 +40,7 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     decides at once); the slowest agreeing measurement is kept, so a lucky one never counts. Where no two
     of three agree, a program that was above ``recheck_above`` under every measurement is kept at its
     slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected. A
-    re-measurement's trials stop once its interval agrees with an earlier one's (``recheck_early``, flag
+    re-measurement's trials stop once its interval agrees with an earlier one's (flag
     ``agreed_early``; each measurement's trials and whether it stopped so in ``recheck_trials`` and
     ``recheck_agreed_early``).
 
@@ -59,10 +59,9 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
         nonlocal ready
         prepared = {} if ready is None else {"prepared": ready.worker, "loaded": ready.loaded}
         ready = None  # one use: later measurements, and a retry, get a fresh worker
-        # its trials stop once it agrees with an earlier one (EvalConfig.recheck_early): that is all it asks
-        earlier = tuple(intervals) if config.recheck_early else ()
+        # its trials stop once it agrees with an earlier one: that is all it asks
         return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
-                                  quiet=quiet_after([], device), agree_with=earlier, **prepared)
+                                  quiet=quiet_after([], device), agree_with=tuple(intervals), **prepared)
 
     for _ in range(config.recheck_measurements - 1):
         second = _fresh(measure, session)

@@ -260,7 +260,7 @@ def compile_at_start(config: EvalConfig) -> bool:
     """Whether a torch.compile program's worker started ahead makes torch.compile's start then: where spare
     cores run it beside other candidates' checks (a GPU's host). On a CPU device the same cores check and
     time: 123-125 s for the starter suite's eager and compile rewrites without it, 131-134 s with it."""
-    return config.warm_ahead and config.is_cuda
+    return config.is_cuda
 
 
 def _labelled(future: Future, label: str) -> Future:

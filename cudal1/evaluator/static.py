@@ -87,7 +87,8 @@ OS_BANNED = {"system", "popen", "fork", "forkpty", "vfork", "kill", "killpg", "_
 TENSOR_BASES = {"Tensor", "Parameter", "_TensorBase", "TensorBase"}
 
 # Flags of a program that picks its own algorithms by timing them at its first calls (cuDNN's benchmark
-# mode, or its own clock): what it picks depends on what else runs on the GPU then (EvalConfig.tune_alone).
+# mode, or its own clock): what it picks depends on what else runs on the GPU then, so its first call is
+# made alone on its device (core._first_call_alone).
 SELF_TUNING = frozenset({"cudnn_benchmark", "reads_clock"})
 
 

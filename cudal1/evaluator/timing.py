@@ -27,17 +27,13 @@ class TrialPair:
     candidate_wait_s: float = 0.0
     # The host CPU's pace around the reference's batch (pace.py: ms of a fixed probe; 0 where not read)
     pace_ms: float = 0.0
-    # CPU seconds the candidate's process used while it was idle, over the reference's warm-up (and its
-    # timed batch, where the candidate was not stopped for it: EvalConfig.quiet_candidate), and that
-    # window's wall clock (s)
+    # CPU seconds the candidate's process used while it was idle (over the reference's warm-up, and its
+    # threads but the main one over its drain and stop), and that window's wall clock (s)
     candidate_idle_cpu_s: float = 0.0
     idle_window_s: float = 0.0
     # How long the reference's worker waited, right before its batch, for the device to answer fast with
     # the candidate stopped (idle_device.py; 0 where it did not probe)
     device_wait_ms: float = 0.0
-    # The host's pace before each call of each batch (EvalConfig.call_pace; pace.call_probes), or ()
-    reference_call_pace: tuple[float, ...] = ()
-    candidate_call_pace: tuple[float, ...] = ()
     # Calls per trial as this trial's own batches set them (calls_per_trial over many calls a side)
     calls_per_trial: int = 0
 
@@ -218,14 +214,13 @@ def calls_per_trial(cfg: EvalConfig, replies: Sequence[dict[str, Any]]) -> int:
 
 def trace_row(ref: dict[str, Any], cand: dict[str, Any], ref_wall: float, cand_wall: float,
                reference_first: bool, trial_s: float) -> dict[str, Any]:
-    """One trial as the noise diagnosis needs it: device (event) and host medians per program, the
-    parent's wall per batch and for the whole trial (warm-ups and messages included)."""
+    """One trial as the noise diagnosis needs it: the median call per program, the parent's wall per batch
+    and for the whole trial (warm-ups and messages included)."""
     def med(xs: list[float]) -> float:
         return round(statistics.median(xs), 5) if xs else float("nan")
 
     return {"ratio": round(med(ref["ms"]) / max(med(cand["ms"]), 1e-9), 5), "ref_first": reference_first,
-            "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_host_ms": med(ref.get("host_ms", [])),
-            "cand_host_ms": med(cand.get("host_ms", [])), "ref_wall_s": round(ref_wall, 4),
+            "ref_ms": med(ref["ms"]), "cand_ms": med(cand["ms"]), "ref_wall_s": round(ref_wall, 4),
             "cand_wall_s": round(cand_wall, 4), "trial_s": round(trial_s, 4)}
 
 

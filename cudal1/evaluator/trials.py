@@ -21,7 +21,7 @@ from cudal1.evaluator.contention import (
     process_cpu_s,
     sample,
 )
-from cudal1.evaluator.pace import call_probes, evaluation_pace, fast_figure
+from cudal1.evaluator.pace import evaluation_pace
 from cudal1.evaluator.timing import (
     Measurement,
     TrialPair,
@@ -69,7 +69,7 @@ def time_candidate(run: Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float
 def _calibrate(run: Run) -> int:
     cfg = run.config
     msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed() for _ in range(CALIBRATION_CALLS)],
-           "spot": [], "clock": cfg.clock, "device_draws": run.device_draws}
+           "spot": [], "device_draws": run.device_draws}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = time_candidate(run, msg)
     return calls_per_trial(cfg, [ref, cand])
@@ -87,8 +87,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws, "call_pace": cfg.call_pace,
-           "fast_core": cfg.fast_core}
+           "print_key": new_seed(), "device_draws": run.device_draws}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process
@@ -128,9 +127,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle,
-                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0),
-                     reference_call_pace=call_probes(ref, len(ref["ms"])), candidate_call_pace=call_probes(cand, len(cand["ms"])),
-                     calls_per_trial=calls_per_trial(cfg, [ref, cand]))
+                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0), calls_per_trial=calls_per_trial(cfg, [ref, cand]))
     _check_idle(run, pair)
     return pair
 
@@ -139,47 +136,39 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
                     ) -> tuple[dict[str, Any], float, dict[str, Any], float, tuple[float, float]]:
     """The reference's warm-up and timed batch: its reply, wall clock, spot outputs and wait for its core,
     and the candidate's CPU while idle with the window it was read over (s). Its CPU is read over the
-    reference's warm-up, while it is idle but not stopped (over the batch too where not stopped), and its
-    threads but the main one over its drain and stop, which its main thread spends answering. Then,
-    right before the batch, the candidate drains its device work and is stopped (EvalConfig.quiet_candidate):
-    a thread it left behind can neither take the core both share nor queue device work beside the
-    reference. Drained after the warm-up, not before it: device work a hidden thread queued during the
-    warm-up would otherwise run on into the batch. The worker stops itself right after its reply; device
-    work a thread queued between its last sync and that stop the reference's worker waits out before its
-    batch (idle_device.py)."""
-    quiet = run.config.quiet_candidate
+    reference's warm-up, while it is idle but not stopped, and its threads but the main one over its drain
+    and stop, which its main thread spends answering. Then, right before the batch, the candidate drains
+    its device work and is stopped: a thread it left behind can neither take the core both share nor
+    queue device work beside the reference. Drained after the warm-up, not before it: device work a
+    hidden thread queued during the warm-up would otherwise run on into the batch. The worker stops itself
+    right after its reply; device work a thread queued between its last sync and that stop the
+    reference's worker waits out before its batch (idle_device.py)."""
     # From its wait for a command on: a worker continued after the last trial's stop may still be on its way
     # back there, and that is the harness's CPU, not the program's (WorkerProcess.wait_asleep)
     run.worker.wait_asleep()
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
-    cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    cand_stopped = None
+    cand_after = sample(run.worker.pid)
     try:
-        if quiet:
-            # Where /proc shows a process's state the worker stops its process group itself right after its
-            # reply (worker_main), and the parent waits to see it stopped: a SIGCONT sent before that stop
-            # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
-            reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
-            if _SELF_STOP and reply.get("ok") is True:
-                run.worker.wait_stopped()
-            run.worker.pause()
-            cand_stopped, t1 = sample(run.worker.pid), time.perf_counter()
-            check_reply(reply, "the device sync before the reference's batch")
-            check_integrity(reply, run)
+        # Where /proc shows a process's state the worker stops its process group itself right after its
+        # reply (worker_main), and the parent waits to see it stopped: a SIGCONT sent before that stop
+        # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
+        reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
+        if _SELF_STOP and reply.get("ok") is True:
+            run.worker.wait_stopped()
+        run.worker.pause()
+        cand_stopped, t1 = sample(run.worker.pid), time.perf_counter()
+        check_reply(reply, "the device sync before the reference's batch")
+        check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
         # On a GPU its worker first waits for the device to answer fast: the candidate's process is stopped,
         # not work it queued on the device after its drain (idle_device.py)
-        reply, wall, spots = run.reference.time(msg | {"idle_device": True} if quiet else msg)
+        reply, wall, spots = run.reference.time(msg | {"idle_device": True})
         after = sample(run.reference.worker.pid)
     finally:
-        if quiet:
-            run.worker.resume()
-    if not quiet:
-        cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    # Every thread over the warm-up (and the batch where not stopped); the threads but the main one over the
-    # drain and stop: one that held the GIL then kept the main thread from its stop (up to 5 ms) to queue
-    # device work after the drain
+        run.worker.resume()
+    # Every thread over the warm-up; the threads but the main one over the drain and stop: one that held
+    # the GIL then kept the main thread from its stop (up to 5 ms) to queue device work after the drain
     idle_cpu = process_cpu_s(cand_before, cand_after) + other_threads_cpu_s(cand_after, cand_stopped)
     return reply, wall, spots, external_wait_s(before, after), (idle_cpu, t1 - t0)
 
@@ -229,8 +218,8 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
     set aside make up the number and the measurement is flagged "contended". Where the first trial's own
     calls set at least RECALIBRATE times the calls per trial that the calibration did, it is set aside
-    too and the trials are timed at that count (flag "recalibrated"). A re-measurement (``run.agree_with``,
-    EvalConfig.recheck_early) also stops once its interval agrees with an earlier measurement's (flag
+    too and the trials are timed at that count (flag "recalibrated"). A re-measurement (``run.agree_with``)
+    also stops once its interval agrees with an earlier measurement's (flag
     "agreed_early"). Returns the pairs measured from, every pair timed, and the calls per trial."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
@@ -256,7 +245,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
             now = Measurement.from_pairs(clean)
             if spent or now.half_width <= cfg.interval_target:
                 return clean, first + clean + contended, iters
-            if cfg.recheck_early and agrees_with_any((now.speedup, now.low, now.high), run.agree_with,
+            if agrees_with_any((now.speedup, now.low, now.high), run.agree_with,
                                                      cfg.recheck_limit):
                 run.flags.add("agreed_early")
                 return clean, first + clean + contended, iters
@@ -295,10 +284,6 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
     if iters != calibrated:  # read again from the first trial (_pairs): what the calibration had set
         extra["calibrated_iters"] = calibrated
-    if cfg.call_pace:  # beside the figure over every call, deciding nothing (pace.fast_figure)
-        figure = fast_figure([(p.reference_ms, p.reference_call_pace, p.candidate_ms, p.candidate_call_pace) for p in used])
-        if figure is not None:
-            extra["call_pace"] = figure
     longest_wait = max((p.device_wait_ms for p in timed), default=0.0)
     if longest_wait:  # the longest the reference waited for its device (idle_device.py)
         extra["device_wait_ms"] = round(longest_wait, 3)

@@ -24,11 +24,11 @@ import torch
 
 from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
 from cudal1.evaluator.clock_skew import install as skew_clocks
-from cudal1.evaluator.cores import CoreHop, on_cores
+from cudal1.evaluator.cores import on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
-from cudal1.evaluator.pace import CALL_PROBE_STEPS, probe_ms
+from cudal1.evaluator.pace import probe_ms
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -75,7 +75,7 @@ def _own_code() -> dict[str, Any]:
 
 class Worker(ReferenceRole):
     def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None,
-                 spare_cores: set[int] | None = None, hop_cores: list[int] | None = None) -> None:
+                 spare_cores: set[int] | None = None) -> None:
         self.device = torch.device(device)
         # Inputs are drawn from a device generator of the harness's own; the device's default one only
         # follows it (inputs.follow_state): a program can break the default one for good.
@@ -101,14 +101,11 @@ class Worker(ReferenceRole):
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
         self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
-        self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
         self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
         self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
         self.spare_cores = spare_cores  # a GPU worker's cores away from its timed one (worker_main)
-        # where its timed calls may move to a core at the host's fast pace (EvalConfig.fast_core)
-        self.hop = CoreHop(hop_cores, lambda: probe_ms(CALL_PROBE_STEPS)) if hop_cores else None
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
@@ -139,9 +136,8 @@ class Worker(ReferenceRole):
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
-        # The harness's preparation on the spare cores (EvalConfig.spare_prep), back on the timed core
-        # before any program code runs
-        with on_cores(self.spare_cores if msg.get("spare_prep") and not build_only else None):
+        # The harness's preparation on the spare cores, back on the timed core before any program code runs
+        with on_cores(self.spare_cores if not build_only else None):
             self.reference = load_program(msg["reference_path"], "cudal1_reference")
             if self.device.type == "cuda":
                 torch.zeros(1, device=self.device)  # create the context before the snapshot
@@ -156,8 +152,7 @@ class Worker(ReferenceRole):
             # where the load's preparation goes (reply's prep_s; "reference" holds the builder's import too)
             stamps = {"reference": time.perf_counter()}
             ready = preparation.prepare(self.reference.get_inputs, self.device, None if build_only else (
-                _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"),
-                bool(msg.get("graph_inputs")), stamps)
+                _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"), stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
         if msg.get("clock_skew") and msg["role"] == "candidate":  # a confirmation deciding its race (clock_skew.py)
             skew_clocks(msg["clock_skew"])
@@ -263,11 +258,10 @@ class Worker(ReferenceRole):
         round trip (fingerprints land in device memory), so the host is free to launch the next call's
         inputs while the device works.
 
-        A call's time is the host's clock between the two device-wide syncs (``clock="host"``): the
-        device is idle when the forward starts being launched and has finished everything, side streams
-        included, when the clock stops, so that interval is the call as a user sees it. CUDA events
-        recorded around it (``clock="events"``) time the same interval plus the latency of their own two
-        records, ~20 us of harness on the H100 host (docs/benchmarks/release-h100.md)."""
+        A call's time is the host's clock between the two device-wide syncs: the device is idle when the
+        forward starts being launched and has finished everything, side streams included, when the clock
+        stops, so that interval is the call as a user sees it (CUDA events recorded around it would add
+        their own record latency to every call)."""
         cuda = self.device.type == "cuda"
         # The harness kernels' draws where the parent says both programs have them, torch's otherwise
         counted = self.counted if msg.get("device_draws") else None
@@ -284,25 +278,12 @@ class Worker(ReferenceRole):
         self._sync()
         spot = set(msg.get("spot", []))
         seeds = msg["seeds"]
-        events: list[tuple[Any, Any]] = []
-        stream = None
-        if cuda and msg.get("clock") == "events":  # created once per worker and reused
-            self.events += [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                            for _ in range(len(seeds) - len(self.events))]
-            events = self.events[:len(seeds)]
-            stream = torch.cuda.current_stream(self.device)  # taken once: record() would build one per call
         sync = _device_sync if cuda else _no_sync
         model, clock = self.model, time.perf_counter
         host_ms: list[float] = []
         spots: dict[str, Any] = {}
         prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds),
                               kernels=counted.kernels if counted is not None else None)
-
-        def timed() -> list[float]:
-            if not events:
-                return list(host_ms)
-            sync()
-            return [start.elapsed_time(end) for start, end in events[:len(host_ms)]]
 
         counted_graph = graph if counted is not None else None  # graph is then the kernels' (CountedInputs)
 
@@ -328,42 +309,30 @@ class Worker(ReferenceRole):
         # next inputs: on a CPU its 0.05-0.8 ms set calls per trial for 1.4-3.6 ms calls (docs/evaluator.md)
         call_ms: list[float] = []
         pace_before = probe_ms()  # the host CPU's pace around the batch (pace.py), outside the timed calls
-        paces: list[float] | None = [] if msg.get("call_pace") else None  # EvalConfig.call_pace
-        hops = int(msg.get("fast_core") or 0) if self.hop is not None else 0  # EvalConfig.fast_core
         with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
             upcoming = draw(seeds[0]) if seeds else []
-            if hops:
-                self.hop.start()  # type: ignore[union-attr]
             call_t0 = clock()
             for i, seed in enumerate(seeds):
                 inputs, upcoming = upcoming, []
-                if paces is not None or hops:  # the host's pace right before the call, outside its time (pace.py)
-                    reading = self.hop.before_call(hops) if hops else probe_ms(CALL_PROBE_STEPS)  # type: ignore[union-attr]
-                    if paces is not None:
-                        paces.append(reading)
                 sync()  # device idle: no harness work or earlier call overlaps the timed region
-                if events:
-                    events[i][0].record(stream)
                 t0 = clock()
                 out = model(*inputs)
                 sync()  # device-wide: work a candidate left on side streams counts
                 t1 = clock()
-                if events:
-                    events[i][1].record(stream)
                 host_ms.append((t1 - t0) * 1e3)
                 _, outputs = flatten(out)
                 # Every call, before anything touches the output: a plain tensor, or a lazy object whose
                 # work would run inside the fingerprint, after the clock stopped.
                 fake = [type(o).__name__ for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
                 if fake:
-                    return {"ok": True, "ms": timed(), "host_ms": host_ms,
+                    return {"ok": True, "ms": host_ms,
                             "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
                 # the outputs' copies, queued before the next call's inputs and flush (or made by its graph)
                 staged, pending = prints.queue(outputs, defer=counted_graph is not None and i + 1 < len(seeds), seed=seed)
                 if i in spot:
                     problems = inspect_outputs(outputs, inputs, self.device)
                     if problems:
-                        return {"ok": True, "ms": timed(), "host_ms": host_ms, "problems": problems}
+                        return {"ok": True, "ms": host_ms, "problems": problems}
                     spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
                 del inputs
                 if i + 1 < len(seeds):
@@ -376,15 +345,12 @@ class Worker(ReferenceRole):
                     now = clock()
                     call_ms.append((now - call_t0) * 1e3)
                     call_t0 = now
-        ms = timed()
-        if hops:
-            self.hop.home()  # type: ignore[union-attr]
         pace = [pace_before, probe_ms()]
         if graph is not None and not graph.intact():
             self.graphed = None  # the graph writes where the inputs no longer are: eager from here on
-            return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": [
+            return {"ok": True, "ms": host_ms, "problems": [
                 "an input's storage was replaced or resized during the timed calls (later calls would "
                 "have seen stale inputs)"]}
         shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
-        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
-                "call_ms": call_ms, "pace_ms": pace} | settled | shipped | ({"call_pace_ms": paces} if paces else {})
+        return {"ok": True, "ms": host_ms, "fingerprints": prints.values(), "problems": [],
+                "call_ms": call_ms, "pace_ms": pace} | settled | shipped

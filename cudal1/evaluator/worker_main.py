@@ -18,7 +18,7 @@ import traceback
 
 import torch
 
-from cudal1.evaluator.cores import hop_cores, set_affinity, spare_cores, timed_core
+from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core
 from cudal1.evaluator.probes import warm_kernels
 from cudal1.evaluator.worker import Worker
 
@@ -63,9 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     set_affinity(spare if spare is not None else core)
     send_json = json.dumps
     fd_sock = socket.socket(fileno=args.fd_sock) if args.fd_sock >= 0 else None
-    # spare: where its loads prepare the reference's inputs (EvalConfig.spare_prep)
-    hop = hop_cores(args.device, torch.cuda.device_count()) if args.device.startswith("cuda") else []
-    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock, spare_cores=spare, hop_cores=hop)
+    # spare: where its loads prepare the reference's inputs
+    worker = Worker(args.device, args.threads, not args.no_flush_l2, fd_sock, spare_cores=spare)
     if worker.device.type == "cuda":
         torch.zeros(1, device=worker.device)  # bring the CUDA context up before "ready": prestarted
         # workers then hide this cost behind another candidate's timing, and the harness's kernels too

@@ -45,13 +45,13 @@ def extensions_folder(extensions_root: Path, candidate: Candidate) -> Path:
 
 
 def _draws_root(config: EvalConfig) -> Path | None:
-    """Where the draw kernels are compiled (EvalConfig.device_draws): beside the extension builds, on CUDA."""
-    return default_extensions_root().parent if config.is_cuda and config.device_draws else None
+    """Where the draw kernels are compiled: beside the extension builds, on CUDA."""
+    return default_extensions_root().parent if config.is_cuda else None
 
 
 def draws_path(config: EvalConfig) -> str | None:
-    """The harness's compiled draw kernels for a worker's load, compiled on first use; None off CUDA, when
-    turned off, or where they cannot be compiled (torch's draws then)."""
+    """The harness's compiled draw kernels for a worker's load, compiled on first use; None off CUDA, or
+    where they cannot be compiled (no nvcc: torch's generators draw then)."""
     root = _draws_root(config)
     path = device_draws.fatbin(root) if root is not None else None
     return str(path) if path is not None else None
@@ -213,7 +213,7 @@ class ReferenceSession:
         prefetch_draws(config)  # compiled (once per machine) while the worker starts
         self.worker = self._new_worker()
         self.build_s = 0.0
-        self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
+        self.graphed = False  # its worker replays inputs from a captured graph (graphed.py)
         self.device_draws = False  # its worker draws timed inputs with the harness's kernels (device_draws.py)
         self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
         self._loaded = False
@@ -235,8 +235,7 @@ class ReferenceSession:
         try:
             self.worker.wait_ready(self.config.load_timeout_s)
             reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
-                                      "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs,
-                                      "device_draws": draws_path(self.config), "spare_prep": self.config.spare_prep},
+                                      "init_seed": self.init_seed, "device_draws": draws_path(self.config)},
                                      self.config.build_timeout_s)
         except WorkerFailure as exc:
             self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
