@@ -19,81 +19,125 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 # evaluator rejects lowered precision, the reproduction's strict column uses it as atol = rtol).
 STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]
 # A pass that used more than this share of its tolerance is flagged ``tolerance_edge`` (compare.Comparison's
-# tolerance_used): L2-43's program passed twice at 0.77 and failed once on 3 of 262,144 elements
-# (docs/gpu-runs.md#2026-11-25-h200-two-gpus); L2-27's passed at a relative L2 error of 0.92-0.96 of its
-# limit and failed at 1.12-1.21 (docs/gpu-runs.md#2026-11-26-two-gpu-sample).
+# tolerance_used): programs that passed at 0.77-0.96 of their limit failed other draws or other weights.
 EDGE = 0.5
 # Settings that were once fields of EvalConfig and are now fixed: kept in measurement_dict() with their
 # values, so the config hash (the key of results files and resumable batches) is what it was.
 _SETTLED: dict[str, Any] = {"clock": "host", "device_draws": True, "fast_core": 0, "quiet_candidate": True,
-                             "recheck_early": True}
+                            "recheck_early": True}
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """How a candidate is checked and timed. Every field changes the config hash, so a batch re-run
-    with another protocol never reuses measurements taken under this one."""
+    """How a candidate is checked and timed (the evaluation protocol). Every field but the device and the
+    bounds changes the config hash, so a batch re-run under another protocol never reuses measurements
+    taken under this one. params.yaml sets these under each stage's ``protocol:``."""
 
-    device: str = "cpu"  # "cpu" or "cuda:N"
+    # Where both programs run: "cpu" or "cuda:N". A batch on several devices sets it per device; it is not
+    # in the hash (each evaluation records the device's product name beside it).
+    device: str = "cpu"
+
     # --- correctness
-    correctness_trials: int = 5  # fresh, unpredictable seeds each; one trial reuses the previous buffers
-    edge_trials: int = 15  # more correctness trials for a program that passed using over EDGE of its tolerance
-    # Fresh sets of weights (a new init seed, new processes) a pass near its tolerance (flag tolerance_edge)
-    # must pass under too, correctness only (recheck.confirm). L2-27's error follows its weights: 0.87-0.97
-    # of its limit in the runs it passed, 1.03-1.29 in those it failed, the same to 0.05% in a fresh process
-    # on the same weights; 7 of 15 runs passed. At 3, a program like it is kept in about 5% of runs, so two
-    # runs disagree on it about one time in ten, against one in two unconfirmed (docs/evaluator.md, "A pass
-    # near its tolerance is confirmed"). 0: none.
+
+    # Correctness trials before timing, each on inputs drawn from a fresh seed the candidate cannot predict
+    # (the second copies its inputs into the first trial's buffers: same addresses, new contents). More
+    # trials catch rarer wrong outputs. At least 1.
+    correctness_trials: int = 5
+    # More correctness trials for a program that passed using more than half its tolerance (EDGE): a program
+    # that fails one draw in five then fails at least one of 20 with 99% probability. 0: none.
+    edge_trials: int = 15
+    # Fresh sets of weights (a new init seed, new worker processes) under which a pass near its tolerance
+    # (flag tolerance_edge) is checked again, correctness only; a failure under any is its verdict. Whether
+    # such a program passes can depend on its weights, so more sets make its verdict repeat between runs.
+    # 0: none.
     confirm_edge: int = 3
-    # Confirmations of a pass by a program that reads the clock (flag reads_clock), in turn under clocks that
-    # make its first-timed, then its last-timed variant win its own timing (clock_skew.py, recheck.confirm).
-    # L1-13 returns float16 when its float16 path wins its race: 36 of 76 committed GPU evaluations passed,
-    # and three more processes with true clocks mostly race as the first did (two runs of seven passed).
-    # 2 sees both ends of each comparison it makes; 0 leaves the verdict to the first process.
+    # Confirmations of a pass by a program that reads the clock (flag reads_clock), in fresh processes under
+    # clocks that make its first-timed, then its last-timed variant win its own timing race
+    # (cudal1/evaluator/clock_skew.py): a program that would pick a wrong path on another host fails here.
+    # 2 sees both ends of each race; 0 leaves the verdict to the first process.
     confirm_clock: int = 2
-    tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
+    # One tolerance for every output dtype, as atol = rtol (CUDA-L1 published at 1e-2); None: the per-dtype
+    # ``tolerances``.
+    tolerance: float | None = None
+    # (atol, rtol) by output dtype, where ``tolerance`` is None (DEFAULT_TOLERANCES).
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
-    # when the reference's values are smaller than atol. None disables; default follows the tolerance.
+    # where the reference's values are smaller than atol. None: the larger of the dtype's atol and rtol.
     rel_l2_tolerance: float | None = None
+
     # --- timing
+
+    # Time the programs after they pass; False gives verdicts of correctness only (no speedup).
     timing: bool = True
+    # Untimed calls of each program before the calibration batch that sets the calls per trial (every
+    # trial's batch has its own untimed call besides).
     warmup_iters: int = 3
-    timing_trials: int = 5  # paired reference/candidate trials in random order, at least; the median is reported
-    target_trial_ms: float = 40.0  # calls per trial chosen so a trial lasts about this long; every call
-    # gets inputs generated for it alone (on the device), so no cache of earlier contents can hit
-    min_iters: int = 3
-    max_iters: int = 200
-    # Adaptive: after timing_trials, trials are added one at a time until the 95% confidence interval
-    # of the median speedup lies within ci_target of it (relative half-width), up to
-    # timing_trials * (remeasure + 1) trials or max_timing_s seconds of timing, whichever comes first.
-    ci_target: float | None = None  # None: 2% on CUDA; 10% on a shared CPU, whose noise less would only chase
+    # Paired trials at least, the reference and the candidate in random order, each a batch of calls on
+    # fresh inputs; the median of the trials' speedups is reported, with its 95% confidence interval.
+    timing_trials: int = 5
+    # Milliseconds a trial's batch should last: the calls per trial are set from the calibration batch to
+    # about this, within min_iters..max_iters. Longer batches smooth a small kernel's noise and cost time.
+    target_trial_ms: float = 40.0
+    min_iters: int = 3  # the fewest calls in a trial's batch
+    max_iters: int = 200  # the most calls in a trial's batch
+    # After timing_trials, trials are added one at a time until the 95% confidence interval of the median
+    # speedup lies within this relative half-width of it (0.02: within 2%), up to timing_trials *
+    # (remeasure + 1) trials or max_timing_s of timing, whichever comes first. None: 2% on CUDA, 10% on a
+    # CPU (a shared CPU's noise would only make a tighter target cost its ceiling every time).
+    ci_target: float | None = None
+    # Rounds of timing_trials the added trials may reach beyond the first (the ceiling above); 0: exactly
+    # timing_trials trials.
     remeasure: int = 2
+    # Seconds of timing after which no trial is added (the first timing_trials are always timed).
     max_timing_s: float = 5.0
-    max_spread: float = 0.15  # an interval wider than this (relative to the median) is flagged "noisy"
-    spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
-    spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
-    flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
-    cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
-    # Reject when the candidate claims to save more time than the parent's own wall clock saw.
+    # An interval wider than this, relative to the median, is flagged "noisy" (the figure is still reported).
+    max_spread: float = 0.15
+    # Timed calls whose full outputs are compared to the reference's, chosen at random in each of
+    # spot_check_trials random trials (every timed call is also fingerprinted and checked).
+    spot_checks_per_trial: int = 1
+    spot_check_trials: int = 2  # trials that get spot_checks_per_trial full comparisons
+    # CUDA only: overwrite a buffer larger than the L2 cache before every timed call, so no call finds the
+    # previous one's data cached. Off only to study cache effects.
+    flush_l2: bool = True
+    # Intra-op threads of both programs' processes, the same for each. At 1 on a CPU device each problem's
+    # two workers share one core, so a busy neighbour slows both alike.
+    cpu_threads: int = 1
+    # A candidate whose own clock claims a saving the parent's wall clock around its batches did not see is
+    # rejected: the excess must pass this share of the reference's timed work (and 5 ms, and the noise of
+    # the untimed work), consistently, twice. Lower catches smaller forgeries and risks honest programs on a
+    # busy host.
     wallclock_slack: float = 0.5
-    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the
-    # same device, which waits for it: see recheck.recheck) and rejected if the two disagree: here, when the
-    # faster one's interval lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two
-    # single figures).
+    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process on the
+    # same device, and rejected where the measurements do not agree (recheck_tolerance). None: no
+    # re-measurement.
     recheck_above: float | None = 3.0
-    recheck_tolerance: float | None = None  # None: 5% beyond the intervals on CUDA, 50% on a shared CPU
-    # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
-    # settles a disagreement, and the slowest of them is kept.
+    # How far apart two measurements may lie and still agree: the faster one's interval may start at most
+    # this share above the end of the slower one's. None: 5% on CUDA, 50% on a CPU.
+    recheck_tolerance: float | None = None
+    # Measurements at most, the first included: 2 is CUDA-L1's rule (reject on the first disagreement);
+    # with 3 a third settles a disagreement, and the slowest agreeing figure is kept. At least 2.
     recheck_measurements: int = 3
-    # --- bounds
-    build_timeout_s: float = 600.0  # exec of the module plus its extension builds
-    load_timeout_s: float = 120.0  # constructing ModelNew after the build
-    run_timeout_s: float = 120.0  # one command (a correctness trial, a timing trial)
-    memory_limit_mb: int = 8192  # CPU device only: RLIMIT_AS of a worker (CUDA needs a huge VA space)
+
+    # --- bounds (not in the hash: they decide when to give up, not what is measured)
+
+    # Seconds for a program's import and its extension builds (a cold CUDA build can take minutes).
+    build_timeout_s: float = 600.0
+    # Seconds for a worker's start, and for constructing the model after its build.
+    load_timeout_s: float = 120.0
+    # Seconds for one command: a correctness trial, a timed batch.
+    run_timeout_s: float = 120.0
+    # CPU device only: the address-space limit (RLIMIT_AS) of each worker, MB; 0: none. Not applied on CUDA,
+    # whose context reserves a huge virtual address space.
+    memory_limit_mb: int = 8192
+
     # --- static policy
+
+    # Check each candidate's source before anything runs: a syntax error or a refused construct is settled
+    # with no worker started. Off only to test the defences that run later.
     static_checks: bool = True
-    degenerate_policy: str = "flag"  # "flag" or "reject": reference output constant across seeds
+    # A reference whose output does not depend on its inputs (anything constant would pass): "flag" the
+    # evaluation (degenerate_problem) or "reject" it.
+    degenerate_policy: str = "flag"
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
