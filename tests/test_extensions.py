@@ -16,7 +16,7 @@ from cudal1.evaluator import EvalConfig, extensions
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.extensions import FAILED, install
-from cudal1.evaluator.failfast import first_on_path
+from cudal1.evaluator.toolchain import first_on_path
 from cudal1.problems import Problem
 
 # Does not compile; the program falls back to PyTorch.
@@ -139,7 +139,7 @@ def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(
     import shutil
     import subprocess
 
-    from cudal1.evaluator import ninja_logs
+    from cudal1.evaluator import toolchain
 
     if shutil.which("ninja") is None:
         pytest.skip("needs ninja")
@@ -166,21 +166,21 @@ def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(
     monkeypatch.setattr(cpp, "load_inline", builder)
     log = install(str(tmp_path / "ext"))
     cpp.load_inline("kernel")
-    deps = folder / ninja_logs.DEPS_LOG
-    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    deps = folder / toolchain.DEPS_LOG
+    assert toolchain.damaged(folder) == "" and "no work to do" in dry_run()
     # a second ninja that found the log empty compiled the object again, later, and appended its own
     # records, numbered from 0 again: ninja drops them as damage, and the object is newer than its record
     deps.write_bytes(deps.read_bytes() + deps.read_bytes()[16:])
     later = (folder / "kernel.so").stat().st_mtime_ns + 10**9
     os.utime(folder / "kernel.so", ns=(later, later))
-    assert "says it is record 0" in ninja_logs.damaged(folder)
+    assert "says it is record 0" in toolchain.damaged(folder)
     assert "no work to do" not in dry_run()  # ninja itself would compile again
-    assert ninja_logs.damaged_builds(tmp_path / "ext") == [f"kernel: {ninja_logs.damaged(folder)}"]
+    assert toolchain.damaged_builds(tmp_path / "ext") == [f"kernel: {toolchain.damaged(folder)}"]
 
     cpp.load_inline("kernel")
     assert len(log.healed) == 1 and log.healed[0].startswith("kernel: path record"), log.healed
     assert "healed" in log.summary()
-    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    assert toolchain.damaged(folder) == "" and "no work to do" in dry_run()
     cpp.load_inline("kernel")
     assert "no work to do" in builds[-1] and len(log.healed) == 1
 

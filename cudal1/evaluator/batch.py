@@ -178,7 +178,7 @@ def evaluate_many(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
             ThreadPoolExecutor(max_workers=workers) as pool:
         done_evaluating = threading.Event()  # ends the precompiled header's compile if still running
-        header = header_beside(beside, todo, ext_root, config, done_evaluating)  # (pch.py)
+        header = header_beside(beside, todo, ext_root, config, done_evaluating)  # (toolchain.py)
         if header is not None:
             header.add_done_callback(_log_header)
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)

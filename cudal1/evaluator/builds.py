@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudal1.candidates import Candidate
-from cudal1.evaluator import pch
+from cudal1.evaluator import toolchain
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate, new_seed
 from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
-from cudal1.evaluator.ninja_logs import damaged_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, repo_root
 from cudal1.evaluator.procfs import processes
+from cudal1.evaluator.toolchain import damaged_builds
 from cudal1.evaluator.workers import extensions_folder
 from cudal1.problems import Problem
 
@@ -232,7 +232,7 @@ def prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     workers of warm runs of 53 programs, every build cached, took 127-150 s of wall (pauses included)
     importing and constructing them, beside the loads, and ran the first-call warm-ups on the GPUs again.
     A folder holding a build whose ninja deps log is damaged is not prebuilt: its timed load would compile
-    again (ninja_logs.py), so the prebuild mends it off the timed path."""
+    again (toolchain.damaged), so the prebuild mends it off the timed path."""
     marker = _marker(candidate, extensions_root)
     folder = extensions_folder(extensions_root, candidate)
     try:
@@ -264,7 +264,7 @@ class _Compile:
 def wants_header(candidates: Iterable[Candidate], config: EvalConfig) -> bool:
     """Whether a batch compiles the precompiled torch header: on a GPU host, for enough extension builds
     to make up its own compile. On a CPU device the timing would pause it most of the time."""
-    return config.is_cuda and len({c.sha256 for c in candidates if mentions_builds(c.source)}) >= pch.MIN_BUILDS
+    return config.is_cuda and len({c.sha256 for c in candidates if mentions_builds(c.source)}) >= toolchain.MIN_BUILDS
 
 
 def header_beside(executor: Executor, candidates: Iterable[Candidate], extensions_root: Path,
@@ -279,7 +279,7 @@ def header_beside(executor: Executor, candidates: Iterable[Candidate], extension
 
 
 def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.Event | None = None) -> tuple[str, float]:
-    """The precompiled torch header of the batch's builds (cudal1.evaluator.pch), compiled once in a
+    """The precompiled torch header of the batch's builds (cudal1.evaluator.toolchain), compiled once in a
     process of its own as a build is: at nice 19, on the build cores, paused while a device times.
     Returns (what happened or the error, wall seconds); a failure only costs the builds their speed-up.
     Once ``stop`` is set the compile is killed and its half-written header removed: no build is left to
@@ -288,7 +288,7 @@ def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.E
     t0 = time.perf_counter()
     cores = _build_cores(config)
     # Priority and cores are set by the process itself (a preexec_fn is unsafe in this threaded parent).
-    argv = [sys.executable, "-m", "cudal1.evaluator.pch", str(extensions_root), "--nice", "19",
+    argv = [sys.executable, "-m", "cudal1.evaluator.toolchain", str(extensions_root), "--nice", "19",
             *(["--cores", ",".join(map(str, cores))] if cores else [])]
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [repo_root(), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -299,7 +299,7 @@ def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.E
         out, ended = _until(proc, config.build_timeout_s, stop)
     finally:
         QUIET.discard(handle)
-    lines = [line for line in (out or "").strip().splitlines() if not line.startswith(pch.SCRATCH_LINE)]
+    lines = [line for line in (out or "").strip().splitlines() if not line.startswith(toolchain.SCRATCH_LINE)]
     if ended is not None:
         message = ended
     elif proc.returncode == 0 and lines:
@@ -326,8 +326,8 @@ def _until(proc: subprocess.Popen[str], timeout_s: float, stop: threading.Event 
         os.killpg(proc.pid, signal.SIGKILL)  # a compile paused by QUIET dies as well
         out = proc.communicate()[0] or ""
         for line in out.splitlines():
-            if line.startswith(pch.SCRATCH_LINE):
-                shutil.rmtree(line[len(pch.SCRATCH_LINE):], ignore_errors=True)
+            if line.startswith(toolchain.SCRATCH_LINE):
+                shutil.rmtree(line[len(toolchain.SCRATCH_LINE):], ignore_errors=True)
         return out, why
 
 

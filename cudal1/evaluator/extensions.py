@@ -22,7 +22,7 @@ Its jobs:
   load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
 
 - **Mend a damaged build log.** A folder whose ninja dependency log two ninjas wrote at once makes every
-  later build compile again, for good (ninja_logs.py). Before a build call the log is read; a damaged one
+  later build compile again, for good (toolchain.damaged). Before a build call the log is read; a damaged one
   is removed, so this build compiles once and writes it afresh (the load's ``builds.healed``, the
   evaluation's ``cache_healed``).
 
@@ -35,7 +35,7 @@ Its jobs:
   which worker asks.
 
 The cache folder belongs to one candidate (its source hash), so a program can only poison its own
-entries. This module imports torch, the standard library and ninja_logs only: the worker imports it.
+entries. This module imports torch, the standard library and toolchain only: the worker imports it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudal1.evaluator import ninja_logs
+from cudal1.evaluator import toolchain
 
 FAILED = ".cudal1-failed-builds"
 SLOW_LOAD_S = 5.0  # a cached module loads in well under a second; a load this long is recorded
@@ -214,7 +214,7 @@ class CachedBuild:
         try:
             dry = subprocess.run(["ninja", "-C", str(folder), "-n", "-d", "explain"], capture_output=True, text=True,
                                  timeout=10)
-            # both streams: the workers' fail-fast ninja (failfast.py) passes ninja's stderr on its stdout; its
+            # both streams: the workers' fail-fast ninja (toolchain.py) passes ninja's stderr on its stdout; its
             # warnings too ("build log version is too old; starting over": another ninja built it, and every
             # command is done again)
             explained = "" if "no work to do" in dry.stdout else "; ".join(
@@ -258,7 +258,7 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
             log.cached.append(message)
             raise RuntimeError(message)
         where = build_folder(args, kwargs)
-        if where is not None and (why := ninja_logs.heal(where)):
+        if where is not None and (why := toolchain.heal(where)):
             log.healed.append(f"{where.name}: {why}")
         cached = CachedBuild.before(where)
         try:

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.evaluator import reaping
-from cudal1.evaluator.failfast import first_on_path
 from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
-from cudal1.evaluator.pch import cpath
 from cudal1.evaluator.procfs import TABLE, process_info
+from cudal1.evaluator.toolchain import cpath, first_on_path
 
 # How long the parent waits for a worker to fall asleep before reading its CPU (WorkerProcess.wait_asleep):
 # well above the 2.4 ms the longest honest wake-up took on the 2-core CPU machine
@@ -73,7 +72,7 @@ def base_env(threads: int) -> dict[str, str]:
         "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
         "MALLOC_TRIM_THRESHOLD_": str(2**31),
     })
-    # torch's extension builds run a ninja that stops at the first failed compile (failfast.py)
+    # torch's extension builds run a ninja that stops at the first failed compile (toolchain.py)
     if (path := first_on_path(env.get("PATH"))) is not None:
         env["PATH"] = path
     return env
@@ -191,7 +190,7 @@ class WorkerProcess:
             for stale in spec.extensions_dir.glob("*/lock"):
                 stale.unlink(missing_ok=True)
             env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
-            # GCC finds the precompiled torch/extension.h of the extensions root first (cudal1.evaluator.pch)
+            # GCC finds the precompiled torch/extension.h of the extensions root first (toolchain.py)
             env["CPATH"] = cpath(spec.extensions_dir.parent, os.environ.get("CPATH"))
             # torch.compile's caches beside the extensions, keyed by the same source hash: the build worker's
             # warm-up fills them, the timed worker and its re-checks hit them. Only the same source ever

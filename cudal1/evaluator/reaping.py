@@ -8,7 +8,7 @@ under its uid, then stops as it would have. A killed run's compiles, still writi
 folder when the next run built the same program there, damaged ninja's log of two release programs, and
 every later load of them compiled again (docs/gpu-runs.md#2026-11-29-one-host-release).
 
-SIGKILL cannot be caught: a parent killed that way still leaves its workers (ninja_logs.py mends what
+SIGKILL cannot be caught: a parent killed that way still leaves its workers (toolchain.py mends what
 their builds may damage).
 """
 
