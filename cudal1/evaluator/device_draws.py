@@ -38,8 +38,6 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator.inputs import follow_offset
-
 SOURCE = Path(__file__).with_name("draws.cu")
 # A100, RTX 3090, L40, H100/H20 as machine code; later devices JIT-compile the PTX of the last
 ARCHS = ("80", "86", "89", "90")
@@ -52,6 +50,15 @@ SUMS_BLOCKS_PER_SM = 16
 _built: dict[Path, Future[Path | None]] = {}
 _lock = threading.Lock()
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-draws")
+
+
+def follow_offset(default: torch.Generator | None, seed: int, offset: int) -> None:
+    """As :func:`cudal1.evaluator.inputs.follow_state`, for draws that did not come from a torch generator: the default generator
+    left at ``seed`` and the offset ``get_inputs()``'s draws reach (recorded once at load)."""
+    if default is None:
+        return
+    default.manual_seed(seed)
+    default.set_offset(offset)
 
 
 def nvcc() -> str | None:
@@ -319,7 +326,7 @@ def check(draws: list[Draw], ours: list[torch.Tensor], theirs: list[torch.Tensor
 
 class Counted:
     """A plan's draws made by the kernels: one call's inputs eagerly (:meth:`inputs`), or captured with
-    the L2 flush as one graph (``graphed.capture_counted``). The device's default generator is left where
+    the L2 flush as one graph (``inputs.capture_counted``). The device's default generator is left where
     ``get_inputs()`` leaves it (the seed, and the offset its draws reach), as with torch's draws."""
 
     def __init__(self, kernels: DeviceDraws, plan: Any, draws: list[Draw], offset: int,

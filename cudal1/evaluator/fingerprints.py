@@ -125,7 +125,7 @@ class Fingerprints:
         """Queue the copy of a call's outputs into their staging rows; :meth:`record` follows. ``defer``:
         a single output already in its staging dtype and memory order on this device is not copied here;
         its (source, destination, bytes) is returned for the next graph replay's first node
-        (graphed.CountedInputs), which the caller launches before anything else touches the output.
+        (inputs.CountedInputs), which the caller launches before anything else touches the output.
         ``seed`` (the call's, as :meth:`record` gets it): outputs too large to stage twice are summed by
         the harness's kernel where they lie, queued now, instead of copied and summed (:meth:`_in_place`)."""
         call = len(self.numels)

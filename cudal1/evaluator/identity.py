@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import device_draws, graphed, inputs, pace, probes, transport
+from cudal1.evaluator import device_draws, inputs, pace, probes, transport
 from cudal1.evaluator.probes import Fingerprints, L2Flush
 
 # What a candidate must not replace: checked for identity after every command.
@@ -66,11 +66,10 @@ def harness_code() -> dict[str, Any]:
                                                                      "after_replay")})
     names["InputPlan.draw"] = inputs.InputPlan.draw
     names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
-    names["graphed.follow_state"] = graphed.follow_state
-    names.update({f"GraphedInputs.{n}": getattr(graphed.GraphedInputs, n) for n in ("draw", "intact")})
-    names["CountedInputs.draw"] = graphed.CountedInputs.draw
+    names.update({f"GraphedInputs.{n}": getattr(inputs.GraphedInputs, n) for n in ("draw", "intact")})
+    names["CountedInputs.draw"] = inputs.CountedInputs.draw
     names.update({f"InputPlan.{n}": getattr(inputs.InputPlan, n) for n in ("made", "assemble")})
-    names["inputs.follow_offset"] = inputs.follow_offset
+    names["device_draws.follow_offset"] = device_draws.follow_offset
     names.update({f"Counted.{n}": getattr(device_draws.Counted, n) for n in ("start", "inputs")})
     names.update({f"DeviceDraws.{n}": getattr(device_draws.DeviceDraws, n) for n in ("start", "fill", "begin", "make", "_launch",
                                                                                 "hand", "sums")})

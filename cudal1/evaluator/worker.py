@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
+from cudal1.evaluator import device_draws, extensions, probes, transport
 from cudal1.evaluator.clock_skew import install as skew_clocks
 from cudal1.evaluator.cores import on_cores
 from cudal1.evaluator.identity import GUARDED as _GUARDED
 from cudal1.evaluator.identity import PROBES as _PROBES
 from cudal1.evaluator.identity import harness_code
+from cudal1.evaluator.inputs import CountedInputs, GraphedInputs, InputPlan, prepare
 from cudal1.evaluator.pace import probe_ms
 from cudal1.evaluator.probes import (
     Fingerprints,
@@ -101,8 +102,8 @@ class Worker(ReferenceRole):
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
         self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
-        self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
-        self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
+        self.plan: InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
+        self.graphed: GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
         self.spare_cores = spare_cores  # a GPU worker's cores away from its timed one (worker_main)
@@ -151,7 +152,7 @@ class Worker(ReferenceRole):
                 extensions.builder()  # torch's builder imported here, for install below (0.1 s alone)
             # where the load's preparation goes (reply's prep_s; "reference" holds the builder's import too)
             stamps = {"reference": time.perf_counter()}
-            ready = preparation.prepare(self.reference.get_inputs, self.device, None if build_only else (
+            ready = prepare(self.reference.get_inputs, self.device, None if build_only else (
                 _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"), stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
         if msg.get("clock_skew") and msg["role"] == "candidate":  # a confirmation deciding its race (clock_skew.py)
@@ -265,7 +266,7 @@ class Worker(ReferenceRole):
         cuda = self.device.type == "cuda"
         # The harness kernels' draws where the parent says both programs have them, torch's otherwise
         counted = self.counted if msg.get("device_draws") else None
-        graph = self.graphed if isinstance(self.graphed, graphed.CountedInputs) == (counted is not None) else None
+        graph = self.graphed if isinstance(self.graphed, CountedInputs) == (counted is not None) else None
         eager = counted.inputs if counted is not None else self._inputs_for
         if counted is not None:
             counted.start(msg["seeds"][0] if msg["seeds"] else 0)  # the batch's key; calls advance its counter

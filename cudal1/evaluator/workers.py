@@ -213,7 +213,7 @@ class ReferenceSession:
         prefetch_draws(config)  # compiled (once per machine) while the worker starts
         self.worker = self._new_worker()
         self.build_s = 0.0
-        self.graphed = False  # its worker replays inputs from a captured graph (graphed.py)
+        self.graphed = False  # its worker replays inputs from a captured graph (inputs.GraphedInputs)
         self.device_draws = False  # its worker draws timed inputs with the harness's kernels (device_draws.py)
         self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
         self._loaded = False

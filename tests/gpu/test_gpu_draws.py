@@ -19,7 +19,7 @@ from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import device_draws
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
-from cudal1.evaluator.graphed import CountedInputs
+from cudal1.evaluator.inputs import CountedInputs
 from cudal1.evaluator.worker import Worker
 from cudal1.evaluator.workers import draws_path
 from cudal1.problems import Problem, load_starter_suite

@@ -14,7 +14,7 @@ import torch
 
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.fingerprints import Fingerprints
-from cudal1.evaluator.graphed import CountedInputs
+from cudal1.evaluator.inputs import CountedInputs
 from cudal1.evaluator.worker import Worker
 from cudal1.evaluator.workers import draws_path
 
