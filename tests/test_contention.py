@@ -159,7 +159,7 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
 
         def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202 - passes through
             if only_cmd is None or (args and isinstance(args[0], dict) and args[0].get("cmd") == only_cmd):
-                # a timed batch whose worker first waits for an idle device (idle_device.py)
+                # a timed batch whose worker first waits for an idle device (timed.IdleDevice)
                 idle = bool(args and isinstance(args[0], dict) and args[0].get("idle_device"))
                 events.append(label + ("+idle" if idle else ""))
             return original(self, *args, **kwargs)
@@ -185,9 +185,9 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
 
 
 def test_a_device_kept_busy_after_the_stop_rejects_in_two_trials_and_an_idle_one_never() -> None:
-    """The reference's worker waits for its device before its batch (idle_device.py, on a GPU). A wait of
+    """The reference's worker waits for its device before its batch (timed.IdleDevice, on a GPU). A wait of
     tens of microseconds is the probe itself, a few milliseconds the evaluator's other workers; over
-    idle_device.BUSY_MS it is work the candidate's stopped process left holding the device: one such trial
+    timed.BUSY_MS it is work the candidate's stopped process left holding the device: one such trial
     may be a stray, two reject, whatever the CPU said."""
     from cudal1.evaluator.checks import Run, Verdict
     from cudal1.evaluator.timing import TrialPair

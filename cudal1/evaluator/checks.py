@@ -40,7 +40,7 @@ class Run:
     # Shares of the window the candidate's process spent on the CPU while idle (the reference's warm-up, and
     # its batch where the candidate was not stopped), for the trials over the limit (trials._check_idle)
     idle_work: list[float] = field(default_factory=list)
-    # each trial's wait for the device, where the candidate's stopped process kept it busy (idle_device.py)
+    # each trial's wait for the device, where the candidate's stopped process kept it busy (timed.IdleDevice)
     device_waits: list[float] = field(default_factory=list)
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(

@@ -11,7 +11,7 @@ from typing import Any
 from cudal1.candidates import Evaluation
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.contention import CONTENDED_SHARE, IDLE_WORK_MIN_S, IDLE_WORK_SHARE
-from cudal1.evaluator.idle_device import BUSY_MS
+from cudal1.evaluator.timed import BUSY_MS
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,14 @@ class TrialPair:
     # Seconds each timed thread waited for its core while another process held it (contention.py)
     reference_wait_s: float = 0.0
     candidate_wait_s: float = 0.0
-    # The host CPU's pace around the reference's batch (pace.py: ms of a fixed probe; 0 where not read)
+    # The host CPU's pace around the reference's batch (timed.probe_ms: ms of a fixed probe; 0 where not read)
     pace_ms: float = 0.0
     # CPU seconds the candidate's process used while it was idle (over the reference's warm-up, and its
     # threads but the main one over its drain and stop), and that window's wall clock (s)
     candidate_idle_cpu_s: float = 0.0
     idle_window_s: float = 0.0
     # How long the reference's worker waited, right before its batch, for the device to answer fast with
-    # the candidate stopped (idle_device.py; 0 where it did not probe)
+    # the candidate stopped (timed.IdleDevice; 0 where it did not probe)
     device_wait_ms: float = 0.0
     # Calls per trial as this trial's own batches set them (calls_per_trial over many calls a side)
     calls_per_trial: int = 0

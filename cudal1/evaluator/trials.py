@@ -21,7 +21,7 @@ from cudal1.evaluator.contention import (
     process_cpu_s,
     sample,
 )
-from cudal1.evaluator.pace import evaluation_pace
+from cudal1.evaluator.timed import evaluation_pace
 from cudal1.evaluator.timing import (
     Measurement,
     TrialPair,
@@ -142,7 +142,7 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
     queue device work beside the reference. Drained after the warm-up, not before it: device work a
     hidden thread queued during the warm-up would otherwise run on into the batch. The worker stops itself
     right after its reply; device work a thread queued between its last sync and that stop the
-    reference's worker waits out before its batch (idle_device.py)."""
+    reference's worker waits out before its batch (timed.IdleDevice)."""
     # From its wait for a command on: a worker continued after the last trial's stop may still be on its way
     # back there, and that is the harness's CPU, not the program's (WorkerProcess.wait_asleep)
     run.worker.wait_asleep()
@@ -162,7 +162,7 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
         check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
         # On a GPU its worker first waits for the device to answer fast: the candidate's process is stopped,
-        # not work it queued on the device after its drain (idle_device.py)
+        # not work it queued on the device after its drain (timed.IdleDevice)
         reply, wall, spots = run.reference.time(msg | {"idle_device": True})
         after = sample(run.reference.worker.pid)
     finally:
@@ -178,7 +178,7 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
     timed, in IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a
     thread it left running (one ``threading`` does not count, or a native one) to take the core both
     programs share from the reference. One such trial may be a stray wake-up. Likewise one whose stopped
-    process's work kept the device busy before the reference's batch (idle_device.py): its worker had
+    process's work kept the device busy before the reference's batch (timed.IdleDevice): its worker had
     drained the device, so that work was queued after the drain, by a thread of its own."""
     if pair.device_kept_busy and _strike(run.device_waits, pair.device_wait_ms):
         raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
@@ -285,7 +285,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
     if iters != calibrated:  # read again from the first trial (_pairs): what the calibration had set
         extra["calibrated_iters"] = calibrated
     longest_wait = max((p.device_wait_ms for p in timed), default=0.0)
-    if longest_wait:  # the longest the reference waited for its device (idle_device.py)
+    if longest_wait:  # the longest the reference waited for its device (timed.IdleDevice)
         extra["device_wait_ms"] = round(longest_wait, 3)
     if run.trace is not None:
         extra["trace"] = run.trace
@@ -293,7 +293,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
 
 
 def _host_pace(used: list[TrialPair]) -> dict[str, Any]:
-    """The pace the reference was timed at (pace.py), where its worker read one, and each used trial's
+    """The pace the reference was timed at (timed.probe_ms), where its worker read one, and each used trial's
     reading in the order of ``trial_ms``."""
     pace = evaluation_pace([p.pace_ms for p in used])
     if pace is None:

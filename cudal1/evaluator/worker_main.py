@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         if drained and msg.get("stop"):
             # The parent stops this process group too once it reads the reply; stopping here first spares a
             # hidden thread the reply's trip to the parent. What it queues on the device after the sync above
-            # (a thread holding the GIL delays this line) the reference's worker waits out (idle_device.py),
+            # (a thread holding the GIL delays this line) the reference's worker waits out (timed.IdleDevice),
             # and the parent reads its CPU over this command (trials._time_reference)
             os.killpg(0, signal.SIGSTOP)
     replies.flush()

@@ -336,7 +336,7 @@ class ReferenceError(RuntimeError):
 
 
 def module_file(worker: WorkerProcess) -> str | None:
-    """Where a candidate's module says it lives: its build-cache directory (see reference_role.load_program)."""
+    """Where a candidate's module says it lives: its build-cache directory (see worker.load_program)."""
     ext = worker.spec.extensions_dir
     return str(ext / "candidate.py") if ext is not None else None
 

@@ -1,4 +1,4 @@
-"""The reference's wait for an idle device (cudal1/evaluator/idle_device.py) on a real GPU. With nothing
+"""The reference's wait for an idle device (cudal1/evaluator/timed.py, IdleDevice) on a real GPU. With nothing
 else on the device its probe answers within a few tens of microseconds; with another process's kernels
 on it, a probe waits for a time slice and the wait lasts until they are done; an honest evaluation never
 waits. Each test prints the probe's answers, the figures its thresholds rest on (run with ``-s``).
@@ -19,7 +19,7 @@ import torch
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, evaluate_candidate
-from cudal1.evaluator.idle_device import BUSY_MS, FLOOR_US, IdleDevice
+from cudal1.evaluator.timed import BUSY_MS, FLOOR_US, IdleDevice
 from cudal1.problems import Problem
 
 pytestmark = [
