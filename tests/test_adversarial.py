@@ -24,7 +24,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.process import sandbox_available
+from cudal1.evaluator.sandbox import sandbox_available
 from cudal1.problems import Problem
 
 try:

@@ -115,7 +115,7 @@ def test_a_paused_worker_is_stopped_until_resumed_and_then_answers(tmp_path: Pat
     """The candidate's worker is stopped while the reference is timed (trials._time_reference): the
     kernel shows it stopped, and once resumed it answers its next command."""
     from cudal1.evaluator.process import WorkerProcess, WorkerSpec
-    from cudal1.evaluator.procfs import process_info
+    from cudal1.evaluator.sandbox import process_info
 
     with WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "candidate") as worker:
         worker.wait_ready(120)

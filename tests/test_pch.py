@@ -21,7 +21,7 @@ from cudal1.candidates import Candidate
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
 from cudal1.evaluator.extensions import FAILED
-from cudal1.evaluator.procfs import processes
+from cudal1.evaluator.sandbox import processes
 from cudal1.evaluator.toolchain import HEADER, cpath, header_command, prepare, search_dir
 from cudal1.evaluator.workers import extensions_folder
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
-from cudal1.evaluator import reaping
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.builds import header_beside, pin_cuda_arch
 from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
@@ -146,7 +146,7 @@ def evaluate_many(
     unknown = sorted({c.problem_id for c in candidates} - set(by_id))
     if unknown:
         raise ValueError(f"candidates name problems that are not loaded: {unknown[:5]}; load the suite they came from")
-    reaping.reap_on_term()  # a SIGTERM (a timeout, a cancelled flow run) takes the workers and their builds along
+    sandbox.reap_on_term()  # a SIGTERM (a timeout, a cancelled flow run) takes the workers and their builds along
     devices = list(devices or [config.device])
     path = Path(results_path) if results_path is not None else None
     # A harness failure says nothing about its candidate: measured again when a batch resumes (and replaced).

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, Status
-from cudal1.evaluator import reaping
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.checks import (
     Run,
@@ -266,7 +266,7 @@ def evaluate_candidate(
     the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py). ``agree_with``
     (a re-measurement's, recheck.recheck): the earlier measurements its trials may stop on agreeing with."""
     started = time.perf_counter()
-    reaping.reap_on_term()  # a caller's main thread (the benchmarks call this alone): SIGTERM takes the workers along
+    sandbox.reap_on_term()  # a caller's main thread (the benchmarks call this alone): SIGTERM takes the workers along
     base = _base(problem, candidate, config)
     static_flags: tuple[str, ...] = ()
     if config.static_checks:

@@ -124,7 +124,7 @@ def _probe_cache(device: str) -> Path | None:
     import ctypes
     import hashlib
 
-    from cudal1.evaluator.process import sandbox_available
+    from cudal1.evaluator.sandbox import sandbox_available
 
     try:
         version = ctypes.c_int()
