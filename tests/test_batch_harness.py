@@ -11,7 +11,8 @@ import pytest
 import cudal1.evaluator.batch as batch
 from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.core import ReferenceError, device_name
+from cudal1.evaluator.references import ReferenceError
+from cudal1.evaluator.workers import device_name
 from cudal1.problems import Problem, load_starter_suite
 
 

@@ -150,7 +150,7 @@ def test_the_candidate_is_drained_after_the_references_warm_up_and_stopped_right
     Drained before the warm-up instead, a kernel a hidden thread queued during the warm-up would run on
     into the batch."""
     from cudal1.evaluator.process import WorkerProcess
-    from cudal1.evaluator.workers import ReferenceSession
+    from cudal1.evaluator.references import ReferenceSession
 
     events: list[str] = []
 

@@ -13,8 +13,8 @@ import pytest
 import cudal1.evaluator.batch as batch
 from cudal1.candidates import Candidate, Evaluation, Status, save_evaluations
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.core import device_name
 from cudal1.evaluator.schedule import RunAhead, expected_costs, largest_first
+from cudal1.evaluator.workers import device_name
 from cudal1.problems import Problem, load_starter_suite
 
 

@@ -67,7 +67,7 @@ def test_each_candidate_of_a_batch_meets_a_fresh_reference_and_the_state_still_c
 def test_a_restarted_reference_worker_gives_the_same_records() -> None:
     """``ReferenceSession.restart`` (room for a re-measurement that ran out of device memory) stops the
     worker, and the fresh one builds the same reference: same init seed, same outputs for the same seed."""
-    from cudal1.evaluator.workers import ReferenceSession
+    from cudal1.evaluator.references import ReferenceSession
     from cudal1.problems import load_starter_suite
 
     problem = next(p for p in load_starter_suite() if "nn.Linear" in p.source)  # weights from the init seed

@@ -19,20 +19,9 @@ from typing import Any
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
 from cudal1.evaluator import sandbox
 from cudal1.evaluator.builds import header_beside, pin_cuda_arch
-from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import (
-    ReferenceError,
-    ReferenceSession,
-    default_extensions_root,
-    device_name,
-    evaluate_candidate,
-    load_candidate,
-    prepare_candidate_worker,
-    static_verdict,
-)
+from cudal1.evaluator.core import evaluate_candidate, load_candidate, static_verdict
 from cudal1.evaluator.extensions import mentions_compile
-from cudal1.evaluator.kept import KeptReferences
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.recheck import (
     Twins,
@@ -44,6 +33,7 @@ from cudal1.evaluator.recheck import (
     recheck,
     reference_failed,
 )
+from cudal1.evaluator.references import CLOSER, KeptReferences, ReferenceError, ReferenceSession
 from cudal1.evaluator.schedule import (
     Ahead,
     DeviceQueue,
@@ -58,7 +48,12 @@ from cudal1.evaluator.schedule import (
     submit_builds,
 )
 from cudal1.evaluator.static import screen, tunes_itself
-from cudal1.evaluator.workers import release_cache
+from cudal1.evaluator.workers import (
+    default_extensions_root,
+    device_name,
+    prepare_candidate_worker,
+    release_cache,
+)
 from cudal1.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -138,7 +133,7 @@ def evaluate_many(
     and the devices finish together. ``history``: earlier evaluations to take those costs from, and the
     candidates whose re-check above ``recheck_above`` to expect (recheck.Twins); by default what
     results_path holds. ``ahead``: candidates each device loads ahead of the one it times (:data:`AHEAD`).
-    ``references``: problems' reference workers kept from earlier calls and for later ones (kept.py), as
+    ``references``: problems' reference workers kept from earlier calls and for later ones (references.KeptReferences), as
     the learning stages' reward calls do; None starts and closes each problem's reference here."""
     if ahead < 1:
         raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
@@ -196,7 +191,7 @@ def evaluate_many(
         threads = [threading.Thread(target=run_device, args=(d,), name=f"cudal1-eval-{d}", daemon=True)
                    for d in devices]
         try:
-            with CLOSER.active():  # workers close beside the device loops, and are all gone at the end (closing.py)
+            with CLOSER.active():  # workers close beside the device loops, and are all gone at the end (references.CLOSER)
                 for t in threads:
                     t.start()
                 for t in threads:
@@ -309,7 +304,7 @@ class _DeviceLoop:
             self.release_ahead()
             if self.references is not None:
                 self.references.close()  # the references kept idle for later batches hold device memory too
-            CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (closing.py)
+            CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (references.CLOSER)
             result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result

@@ -23,13 +23,13 @@ from pathlib import Path
 from cudal1.candidates import Candidate
 from cudal1.evaluator import toolchain
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import load_candidate, new_seed
+from cudal1.evaluator.core import load_candidate
 from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.sandbox import processes, repo_root
 from cudal1.evaluator.toolchain import damaged_builds
-from cudal1.evaluator.workers import extensions_folder
+from cudal1.evaluator.workers import extensions_folder, new_seed
 from cudal1.problems import Problem
 
 

@@ -11,8 +11,9 @@ from typing import Any
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator.config import STRICT_FLOAT32, EvalConfig
 from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.references import ReferenceSession
 from cudal1.evaluator.transport import TransportError
-from cudal1.evaluator.workers import ReferenceSession, receive_payload
+from cudal1.evaluator.workers import receive_payload
 from cudal1.problems import Problem
 
 

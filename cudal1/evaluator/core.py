@@ -30,25 +30,15 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
-from cudal1.evaluator.closing import close_worker
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
+from cudal1.evaluator.references import ReferenceSession, close_worker
 from cudal1.evaluator.static import STATIC_KEY, tunes_itself
 from cudal1.evaluator.static import summary as static_summary
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
 from cudal1.evaluator.trials import measure
-from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
-    ReferenceError,
-    ReferenceSession,
-    compare_device,
-    default_extensions_root,
-    device_name,
-    draws_path,
-    module_file,
-    new_seed,
-    prepare_candidate_worker,
-)
+from cudal1.evaluator.workers import device_name, draws_path, module_file, new_seed, prepare_candidate_worker
 from cudal1.problems import Problem
 
 # A reference record up to this size is fetched one trial ahead, while the candidate runs the trial before,
@@ -339,7 +329,7 @@ def evaluate_candidate(
         result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None,
                          speedup_low=None, speedup_high=None)
     finally:
-        # beside the device loop within a batch (closing.CLOSER): the next timing on this device waits for it
+        # beside the device loop within a batch (references.CLOSER): the next timing on this device waits for it
         close_worker(worker)
         if own_reference:
             reference.close()

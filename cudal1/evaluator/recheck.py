@@ -15,12 +15,13 @@ from pathlib import Path
 
 from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
 from cudal1.evaluator.clock_skew import SKEWS
-from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import ReferenceSession, device_name, evaluate_candidate
+from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.references import CLOSER, ReferenceSession
 from cudal1.evaluator.schedule import Ahead, Coming, quiet_after
 from cudal1.evaluator.timing import agreeing_pair, interval_of
+from cudal1.evaluator.workers import device_name
 from cudal1.problems import Problem
 
 
@@ -104,7 +105,7 @@ def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Eval
     """A measurement of the candidate in a fresh worker. Out of device memory, once more with the reference
     worker restarted: its cached memory (its model, inputs, graphs) sat beside the fresh candidate, and a
     restart gives all of it back; it loads again on its next use. The workers still closing on the device
-    (closing.py) have given theirs back by then too."""
+    (references.CLOSER) have given theirs back by then too."""
     result = measure()
     if out_of_memory(result):
         CLOSER.wait()

@@ -19,9 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.builds import QUIET, timed_prebuild
-from cudal1.evaluator.closing import CLOSER, close_worker
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
+from cudal1.evaluator.references import CLOSER, close_worker
 from cudal1.evaluator.static import STATIC_KEY, screen
 from cudal1.problems import Problem
 
@@ -282,7 +282,7 @@ def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractC
             if not future.done():
                 wait([future])
                 last = getattr(future, "cudal1_label", "a load ahead")
-        if CLOSER.wait(device):  # workers of this device still exiting (closing.py)
+        if CLOSER.wait(device):  # workers of this device still exiting (references.CLOSER)
             last = last or "workers closing"
         with QUIET():
             yield last

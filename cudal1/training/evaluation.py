@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.kept import KEEP, KeptReferences
+from cudal1.evaluator.references import KEEP, KeptReferences
 from cudal1.problems import Problem
 
 
