@@ -352,15 +352,15 @@ def test_a_gpu_workers_start_runs_away_from_every_timed_core(monkeypatch: pytest
     use, then moves to its own timed core: starts run while other candidates are timed."""
     import os
 
-    from cudal1.evaluator import cores
+    from cudal1.evaluator import sandbox
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setattr(os, "nice", lambda increment: 0)  # a timed worker, not a build worker at nice 19
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    timed = {cores.timed_core(f"cuda:{i}") for i in range(8)}
-    start = cores.spare_cores()
+    timed = {sandbox.timed_core(f"cuda:{i}") for i in range(8)}
+    start = sandbox.spare_cores()
     assert timed == set(range(8, 16)) and start == set(range(8)) and not timed & start
-    assert cores.timed_core("cpu", core=3) == 3  # a CPU device: the core the parent names
+    assert sandbox.timed_core("cpu", core=3) == 3  # a CPU device: the core the parent names
 
 
 def test_builds_pause_for_timing_and_keep_to_the_spare_cores() -> None:

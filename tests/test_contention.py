@@ -1,4 +1,4 @@
-"""Contended trials on a shared CPU (cudal1/evaluator/contention.py): the kernel's run-queue accounting
+"""Contended trials on a shared CPU (cudal1/evaluator/timing.py): the kernel's run-queue accounting
 read from /proc, and an evaluation whose timed workers share their core with a busy process."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, evaluate_candidate
-from cudal1.evaluator.contention import external_wait_s, sample
+from cudal1.evaluator.timing import external_wait_s, sample
 from cudal1.evaluator.workers import cpu_core_for
 from cudal1.problems import Problem
 
@@ -76,7 +76,7 @@ def test_a_busy_neighbour_on_the_timed_core_is_caught(monkeypatch: pytest.Monkey
 
 
 def test_process_cpu_counts_every_thread_of_the_process_and_nothing_unknown() -> None:
-    from cudal1.evaluator.contention import ThreadTimes, process_cpu_s
+    from cudal1.evaluator.timing import ThreadTimes, process_cpu_s
 
     before = ThreadTimes(7, {7: (1_000_000, 0), 8: (0, 0)})
     assert process_cpu_s(before, ThreadTimes(7, {7: (2_000_000, 5), 8: (4_000_000, 0), 9: (1_000_000, 0)})) == 0.006

@@ -231,7 +231,7 @@ def test_a_program_cannot_move_itself_or_reach_the_harness_objects() -> None:
     base = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
     moves = ["import os\nos.sched_setaffinity(0, {3})\n",
              "import gc\nharness = [o for o in gc.get_objects() if type(o).__name__ == 'Worker']\n",
-             "import sys\nsys.modules['cudal1.evaluator.cores'].set_affinity = lambda cores: None\n"]
+             "import sys\nsys.modules['cudal1.evaluator.sandbox'].set_affinity = lambda cores: None\n"]
     assert screen(base) == (False, ())
     for move in moves:
         rejected, _ = screen(move + base)

@@ -326,7 +326,7 @@ def test_four_epochs_on_the_closing_tree_of_the_static_verdicts() -> None:
     assert all("115 passed" in (d / "gpu-tests.log").read_text() for d in (ONE_READ, FINAL))
 
 
-# the references kept between reward calls (references.KeptReferences), after the GPU suite on that tree, 2026-12-02
+# the references kept between reward calls (kept.py), after the GPU suite on that tree, 2026-12-02
 # (docs/gpu-runs.md#2026-12-02-kept-references)
 KEPT = X2.parent / "kept-references-h200"
 

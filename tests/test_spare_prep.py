@@ -1,5 +1,5 @@
 """A GPU worker's load prepares the reference's inputs on the spare cores and runs program code on its
-timed core (cores.on_cores). The move is the same on any device; a worker is only given spare cores on a
+timed core (sandbox.on_cores). The move is the same on any device; a worker is only given spare cores on a
 GPU's host (worker_main), so these tests hand a CPU worker spare cores of their own."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cudal1.evaluator import cores
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.worker import Worker
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
@@ -55,13 +55,13 @@ class ModelNew(nn.Module):
 def test_the_block_runs_on_the_cores_given_and_the_thread_returns_to_its_own_even_when_it_raises() -> None:
     own = os.sched_getaffinity(0)
     spare = {min(own)}
-    with cores.on_cores(spare):
+    with sandbox.on_cores(spare):
         assert os.sched_getaffinity(0) == spare
     assert os.sched_getaffinity(0) == own
-    with pytest.raises(RuntimeError), cores.on_cores(spare):
+    with pytest.raises(RuntimeError), sandbox.on_cores(spare):
         raise RuntimeError("a preparation that fails")
     assert os.sched_getaffinity(0) == own
-    with cores.on_cores(None):
+    with sandbox.on_cores(None):
         assert os.sched_getaffinity(0) == own
 
 

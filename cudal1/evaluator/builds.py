@@ -24,10 +24,9 @@ from cudal1.candidates import Candidate
 from cudal1.evaluator import toolchain
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import load_candidate
-from cudal1.evaluator.cores import spare_cores
 from cudal1.evaluator.extensions import mentions_builds
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
-from cudal1.evaluator.sandbox import processes, repo_root
+from cudal1.evaluator.sandbox import processes, repo_root, spare_cores
 from cudal1.evaluator.toolchain import damaged_builds
 from cudal1.evaluator.workers import extensions_folder, new_seed
 from cudal1.problems import Problem
@@ -146,7 +145,7 @@ def _warm_slot(device: str) -> threading.Semaphore:
 
 
 def _build_cores(config: EvalConfig) -> tuple[int, ...]:
-    """A GPU's host: builds keep off the devices' timed cores (cores.spare_cores)."""
+    """A GPU's host: builds keep off the devices' timed cores (sandbox.spare_cores)."""
     return tuple(sorted(spare_cores() or ())) if config.is_cuda else ()
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from cudal1.evaluator.cores import spare_cores
+from cudal1.evaluator.sandbox import spare_cores
 
 _SERVERS: dict[tuple[tuple[str, str], ...], ForkServer | None] = {}
 _LOCK = threading.Lock()

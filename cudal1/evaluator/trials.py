@@ -14,20 +14,18 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import (
-    IDLE_WORK_TRIALS,
-    external_wait_s,
-    other_threads_cpu_s,
-    process_cpu_s,
-    sample,
-)
 from cudal1.evaluator.timed import evaluation_pace
 from cudal1.evaluator.timing import (
+    IDLE_WORK_TRIALS,
     Measurement,
     TrialPair,
     agrees_with_any,
     calls_per_trial,
+    external_wait_s,
     forged_timing,
+    other_threads_cpu_s,
+    process_cpu_s,
+    sample,
     trace_row,
 )
 from cudal1.evaluator.workers import new_seed
@@ -91,7 +89,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process
-    # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
+    # (timing.sample). On a GPU the timed workers have a core of their own, so a wait there is the other
     # program of the pair working while this one is timed, where the candidate was not stopped for the
     # reference's batch (_time_reference).
 
@@ -214,7 +212,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
     more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
     Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
-    program waited for a core held by another process (contention.py) is set aside and another one timed
+    program waited for a core held by another process (timing.sample) is set aside and another one timed
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
     set aside make up the number and the measurement is flagged "contended". Where the first trial's own
     calls set at least RECALIBRATE times the calls per trial that the calibration did, it is set aside

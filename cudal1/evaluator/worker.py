@@ -31,7 +31,6 @@ import torch
 
 from cudal1.evaluator import device_draws, extensions, inputs, probes, timed, transport
 from cudal1.evaluator.clock_skew import install as skew_clocks
-from cudal1.evaluator.cores import on_cores
 from cudal1.evaluator.inputs import GraphedInputs, InputPlan, prepare
 from cudal1.evaluator.probes import (
     Fingerprints,
@@ -45,6 +44,7 @@ from cudal1.evaluator.probes import (
     to_device,
     uses_compile,
 )
+from cudal1.evaluator.sandbox import on_cores
 from cudal1.evaluator.timed import IdleDevice, device_sync, time_batch
 
 # The harness seeds inputs through its own reference to manual_seed, taken before any candidate code runs:

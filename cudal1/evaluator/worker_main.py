@@ -18,8 +18,8 @@ import traceback
 
 import torch
 
-from cudal1.evaluator.cores import set_affinity, spare_cores, timed_core
 from cudal1.evaluator.probes import warm_kernels
+from cudal1.evaluator.sandbox import set_affinity, spare_cores, timed_core
 from cudal1.evaluator.worker import Worker
 
 

@@ -38,8 +38,7 @@ from typing import Any
 import torch  # noqa: F401 - the point: every child starts with torch imported
 
 from cudal1.evaluator import worker_main
-from cudal1.evaluator.cores import set_affinity, spare_cores
-from cudal1.evaluator.sandbox import SHARED_UMASK
+from cudal1.evaluator.sandbox import SHARED_UMASK, set_affinity, spare_cores
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
 # most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
@@ -166,7 +165,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the worker's own directory: re-read it
         if request.get("nice"):
-            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (cores.timed_core)
+            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (sandbox.timed_core)
         uid = request.get("uid")
         if uid is not None:
             groups = [int(g) for g in request.get("groups") or []]

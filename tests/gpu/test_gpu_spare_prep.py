@@ -1,5 +1,5 @@
 """On a GPU's host, a candidate worker's load prepares the reference's inputs on the spare cores and runs
-the program's code only on its device's timed core (cores.on_cores).
+the program's code only on its device's timed core (sandbox.on_cores).
 
 The reference notes the cores its first ``get_inputs`` ran on in the worker's environment (the plan's
 recording calls it in the candidate's worker too); the program, at its import, raises with those cores and its own, so the verdict's reason
