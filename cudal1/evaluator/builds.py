@@ -158,7 +158,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     compiles on its first ``forward``: ~30 of CUDA-L1's H100 programs) gets step 2: constructed on the
     GPU and called once, two such warm-ups per device at a time. Their kernels run beside the timing of
     another candidate, a brief load on the device; without it each of those programs compiled for
-    13-85 s on the timed path with the device idle (docs/gpu-runs.md#2026-11-22-two-gpus). A program
+    13-85 s on the timed path with the device idle. A program
     that calls ``torch.compile`` (the compile baselines) is one of those: its step 2 fills the inductor
     and Triton caches of its source's folder, which the timed worker and its re-checks read."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))

@@ -55,8 +55,8 @@ def _correctness(run: Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
     # One record at a time when records are large: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in,
-    # 8 GB out), and the parent holding several beside both workers' copies ran an 80 GB H100 out of memory
-    # (docs/gpu-runs.md#2026-11-23-parent-oom). Small ones (RECORD_AHEAD_BYTES) come a trial ahead.
+    # 8 GB out), and the parent holding several beside both workers' copies ran an 80 GB H100 out of memory.
+    # Small ones (RECORD_AHEAD_BYTES) come a trial ahead.
     if run.reference.stateful:
         # The output depends on earlier calls (an RNN's hidden state kept in self): the reference starts
         # fresh, as the candidate's new worker does, and each of its records is one call, in trial order.
@@ -103,7 +103,7 @@ def _correctness(run: Run) -> int:
             if k == cfg.correctness_trials and run.tolerance_used > EDGE and cfg.edge_trials:
                 # Passed near its tolerance: another draw of inputs may fail it, so its verdict would not
                 # repeat between runs (L2-27 and L2-43 changed verdict between the release's cold and warm
-                # runs, docs/gpu-runs.md#2026-11-26-release-records-ahead). More draws decide it: a program
+                # runs). More draws decide it: a program
                 # that fails one draw in five fails at least one of twenty with 99% probability.
                 total += cfg.edge_trials
                 seeds += [new_seed() for _ in range(cfg.edge_trials)]

@@ -2,9 +2,8 @@
 device: a captured graph of them needs no host work per call but its launch.
 
 Why: a graph that draws through torch's generators makes torch refill the generator's seed and offset
-on the device before every replay, two small launches (each 5-25 us of the host's time on an H100 host,
-docs/benchmarks/release-h100.md, "What is left of the per-call overhead"), beside a kernel of a few
-microseconds. Here the inputs of a batch's call ``i`` are Philox draws keyed by the batch's seed, with
+on the device before every replay, two small launches (each 5-25 us of the host's time on an H100 host),
+beside a kernel of a few microseconds. Here the inputs of a batch's call ``i`` are Philox draws keyed by the batch's seed, with
 ``i`` in the counter. The graph's first node advances the call counter itself and makes the previous
 call's staging copy (from a slot of pinned memory the host writes): per call the host launches the graph
 and nothing else.
@@ -101,7 +100,7 @@ def flags(archs: tuple[str, ...] = ARCHS) -> list[str]:
 
 def prefetch(root: Path) -> None:
     """Start compiling in the background, so a worker's start hides it: on a fresh H100 host the first
-    ``evaluate-one`` waited about 4 s for the five targets of ARCHS (docs/gpu-runs.md#2026-11-26-device-draws);
+    ``evaluate-one`` waited about 4 s for the five targets of ARCHS;
     only this machine's are compiled now."""
     with _lock:
         if root not in _built:
@@ -233,7 +232,7 @@ class DeviceDraws:
         (fingerprints.Fingerprints._weights), in one pass accumulated in float64."""
         m, n = x.shape
         # 16 blocks per SM over all rows: 0.252 ms on 64M float32 values against 0.340 ms at 4 per SM, the
-        # same sums within 1.3e-15 relative (docs/gpu-runs.md#2026-12-02-batch-profile)
+        # same sums within 1.3e-15 relative
         chunks = max(1, min((n + THREADS - 1) // THREADS, (SUMS_BLOCKS_PER_SM * self.sms + m - 1) // m))
         partials = torch.empty((m, chunks, 4), dtype=torch.float64, device=self.device)
         self._launch(self.sums_fn, chunks, [ctypes.c_void_p(x.data_ptr()), ctypes.c_int(_DTYPES[x.dtype]),

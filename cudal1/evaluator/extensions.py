@@ -7,7 +7,7 @@ Its jobs:
   then warmed up on the GPU by a build worker instead of compiling on the timed path.
 - **Remember failed builds.** Many released programs try to compile an extension, catch the failure and
   fall back to PyTorch. A build that fails leaves nothing in torch's cache, so every fresh worker
-  compiled it again for 12-17 s just to fail (measured on the H100, docs/gpu-runs.md#2026-11-22-cold-warm). A failure
+  compiled it again for 12-17 s just to fail. A failure
   of a given build (same name, sources and flags) is written next to the candidate's builds and raised
   again at once by later calls, with the original message: the program takes the same fallback, sooner.
   Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a
@@ -15,7 +15,7 @@ Its jobs:
 
 - **Say why a cached build was done again.** A build whose folder already holds its module should load
   it in a second; on one H200 L1-32's loaded in 57-75 s, cold and warm, where every earlier run loaded it
-  in 0.4-3.4 s (docs/gpu-runs.md#2026-11-28-idle-device), and the device waited behind that load. Before
+  in 0.4-3.4 s, and the device waited behind that load. Before
   such a call ninja is asked, in a dry run, what it would redo and why; after it, whether the module
   was written again; a call of ``SLOW_LOAD_S`` or more that wrote nothing says so (and whether torch's
   lock file was there before it), and one whose folder held no module says that. The answer is the
@@ -29,7 +29,7 @@ Its jobs:
 - **Name builds the same in every process.** Some programs name their extension after the process
   (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
   torch's cache, keyed by name, missed in every fresh worker and each load compiled again, 30-70 s on
-  the H100 host, warm cache or not (docs/gpu-runs.md#2026-11-25-release-210). The process id in a name
+  the H100 host, warm cache or not. The process id in a name
   becomes ``pid`` (and the old name in the inline sources, where a program wrote it into its own
   module declaration, becomes the new one): the build is the same, its name no longer depends on
   which worker asks.

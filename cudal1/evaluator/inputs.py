@@ -121,8 +121,7 @@ def follow_state(default: torch.Generator | None, seed: int, drawn: torch.Genera
 
     The harness draws from a generator of its own because a program may break the default one: a CUDA
     graph capture that fails inside a forward leaves the default generator marked as capturing, and every
-    later draw from it raises "Offset increment outside graph capture" (L2-5 of CUDA-L1's H100 release;
-    benchmarks/capture_rng.py). Seeding and setting the offset still work on it."""
+    later draw from it raises "Offset increment outside graph capture" (L2-5 of CUDA-L1's H100 release). Seeding and setting the offset still work on it."""
     if default is not None and drawn is not None and default is not drawn:
         follow_offset(default, seed, drawn.get_offset())
 

@@ -73,7 +73,7 @@ def base_env(threads: int) -> dict[str, str]:
 
 def prestart_fork_server(threads: int = 1) -> None:
     """Start the fork server that workers of ``threads`` threads will be forked from, before this process
-    imports torch: the server's own ``import torch`` (about 2 s on the H100 hosts, docs/gpu-runs.md#2026-11-27-batch-start)
+    imports torch: the server's own ``import torch`` (about 2 s on the H100 hosts)
     then runs beside the parent's instead of after it. For one-shot commands (``cudal1 evaluate-one``);
     where the environment changes before the first worker, that worker gets a server of its own, as
     without this."""

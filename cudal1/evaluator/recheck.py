@@ -210,7 +210,7 @@ def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[
     """The source hashes of the candidates whose re-check the history foretells: an earlier evaluation of
     theirs (any protocol) was re-checked or read above ``recheck_above``, and none ran short of device
     memory. A release run's re-checked rows cost two to three evaluations each, a fresh worker's start
-    and load (0.5-3 s on an H100) among them (docs/gpu-runs.md#2026-11-26-two-gpu-prebuilt)."""
+    and load (0.5-3 s on an H100) among them."""
     if config.recheck_above is None or not config.timing:
         return set()
     history = list(history)

@@ -33,8 +33,7 @@ from cudal1.evaluator.workers import new_seed
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 # The first trial sets the calls per trial where it finds this many times the calibration's. At 2 a quarter
 # of the GPU release was recalibrated, mostly to max_iters, for 64-80% more timing on those rows and no
-# better agreement; the stalls that bias a figure (3-7 calls a trial) are 4x and more below
-# (docs/gpu-runs.md#2026-11-29-move-cost).
+# better agreement; the stalls that bias a figure (3-7 calls a trial) are 4x and more below.
 RECALIBRATE = 4
 # the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
 _SELF_STOP = os.path.isdir("/proc/self/task")
@@ -43,7 +42,7 @@ _SELF_STOP = os.path.isdir("/proc/self/task")
 # which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
 # sums; at three a later iteration is read too. The rows summed in place calibrate to fewer calls than
 # before that change (L1-5 45-49 against 99-119 on an H200), and rightly: their timed batches now last about
-# target_trial_ms (35-50 ms), where they lasted 85-156 ms (docs/gpu-runs.md#2026-12-03-three-call-calibration).
+# target_trial_ms (35-50 ms), where they lasted 85-156 ms.
 CALIBRATION_CALLS = 3
 
 
@@ -81,7 +80,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # The warm-up call is a command of its own, so the parent's wall clock around the timed batch holds
     # only the timed calls plus work both programs share (input generation, L2 flush, fingerprints). With
     # the warm-up inside, a program that tunes itself on its first call of a batch (cudnn.benchmark on
-    # L1-55/59/62/81 in docs/gpu-runs.md#2026-11-23-release-210) looked like a forged clock. Warming up early opens nothing: the timed
+    # L1-55/59/62/81) looked like a forged clock. Warming up early opens nothing: the timed
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
@@ -230,7 +229,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
         if not (clean or contended or first) and pair.calls_per_trial >= RECALIBRATE * iters:
             # The calibration reads each side's cost from two calls, so a stall there (a host
             # core's slow spell, a late wake-up) left a 0.1 ms kernel 3-14 calls a trial and a wide
-            # figure (docs/gpu-runs.md#2026-11-29-fast-core-release); the trial's many calls read it
+            # figure; the trial's many calls read it
             # again. Only ever more calls, at most max_iters: a candidate that slows its calibration
             # gains nothing, one that hurries this trial's buys itself longer trials.
             run.flags.add("recalibrated")
@@ -302,8 +301,7 @@ def _host_pace(used: list[TrialPair]) -> dict[str, Any]:
 def trial_medians(pairs: list[TrialPair]) -> list[list[float]]:
     """Each trial's median per-call time of the reference and of the candidate (ms, 4 significant digits),
     in the order timed: the reported speedup, its interval and the stopping rule are computed from these
-    alone, so anyone can recompute them from the record, or replay another stopping rule on them
-    (benchmarks/stopping_rules.py).
+    alone, so anyone can recompute them from the record, or replay another stopping rule on them.
 
     >>> trial_medians([TrialPair([1.0, 2.0, 9.0], [0.123456], 0.0, 0.0)])
     [[2.0, 0.1235]]
