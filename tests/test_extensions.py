@@ -263,10 +263,10 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Run L: the parent ran out of device memory comparing one problem's outputs, the device thread died
     and the batch returned 32 of 210 evaluations. Now that evaluation names the harness and the rest run."""
-    import cudal1.evaluator.batch as batch
+    from cudal1.evaluator import recheck
     from cudal1.training.rewards import harness_failed
 
-    real = batch.evaluate_candidate
+    real = recheck.evaluate_candidate
 
     def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
         result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
@@ -274,7 +274,7 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.92 GiB")
         return result
 
-    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    monkeypatch.setattr(recheck, "evaluate_candidate", evaluate)
     problems, candidates = _three_problems()
     results = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root,
                             results_path=tmp_path / "r.parquet")
@@ -290,8 +290,8 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
 @pytest.mark.slow
 def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import cudal1.evaluator.batch as batch
     from cudal1.candidates import load_evaluations
+    from cudal1.evaluator import recheck
 
     calls = []
 
@@ -300,7 +300,7 @@ def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
         if len(calls) == 2:
             raise SystemError("the device loop itself broke")
 
-    monkeypatch.setattr(batch, "release_cache", broken)
+    monkeypatch.setattr(recheck, "release_cache", broken)
     problems, candidates = _three_problems()
     path = tmp_path / "r.parquet"
     with pytest.raises(RuntimeError, match="stopped after 1 evaluations.*run again to resume"):
@@ -316,18 +316,19 @@ def test_out_of_memory_is_retried_with_nothing_running_ahead(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run M: L2-34's reference ran out of device memory beside the workers loaded ahead. The candidate
     is evaluated once more, alone, and only a second failure is recorded."""
-    import cudal1.evaluator.batch as batch
+    from cudal1.evaluator import recheck
+    from cudal1.evaluator.references import ReferenceError
 
-    real, seen = batch.evaluate_candidate, []
+    real, seen = recheck.evaluate_candidate, []
 
     def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
         seen.append((problem.name, kwargs.get("prepared") is not None))
         result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
         if problem.name == "relu" and seen.count(("relu", True)) == 1 and kwargs.get("prepared") is not None:
-            raise batch.ReferenceError("ext-relu: reference failed while timed: out of memory: CUDA out of memory")
+            raise ReferenceError("ext-relu: reference failed while timed: out of memory: CUDA out of memory")
         return result
 
-    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    monkeypatch.setattr(recheck, "evaluate_candidate", evaluate)
     problems, candidates = _three_problems()
     results = {r.problem_id: r for r in evaluate_many(problems, candidates, FAST, devices=["cpu"],
                                                      extensions_root=ext_root)}
