@@ -92,6 +92,7 @@ PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_fla
 TIMED = ("time_batch", "_drawer", "_timed_calls", "probe_ms", "device_sync", "no_sync", "Fingerprints", "flatten",
          "inspect_outputs")
 
+
 def _own_code() -> dict[str, Any]:
     """The harness's own methods and helpers: a candidate that wraps them (found through gc or sys.modules)
     to rewrite replies is caught by identity, like a patched torch function."""
