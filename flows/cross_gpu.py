@@ -73,7 +73,7 @@ def local_devices() -> list[str]:
 
 def evaluate_locally(problems, candidates, params: CrossGpuParams, folder: Path) -> list[PoolResult]:
     """The no-server fallback: every device present, one row labelled with the hardware's name."""
-    from cudal1.evaluator.core import device_name
+    from cudal1.evaluator.workers import device_name
 
     devices = local_devices()
     evaluations = evaluate_candidates(problems, candidates, params.protocol, devices,

@@ -79,11 +79,3 @@ def shared_dir() -> Iterator[Path]:
     """A folder every worker may write to (0777), for programs that keep state across loads."""
     yield from _reachable("cudal1-test-shared-", 0o777)
 
-
-@pytest.fixture(scope="session")
-def gpu_options() -> dict[str, Any]:
-    """EvalConfig options the GPU suite's evaluations run with, so that benchmarks/evaluator_gpu.sh can run
-    the whole suite again with one changed: CUDAL1_GRAPH_INPUTS=0 (eager inputs; the graph is the default),
-    CUDAL1_FAST_CORE=N (the timed calls moved to a fast core, EvalConfig.fast_core)."""
-    return {"graph_inputs": os.environ.get("CUDAL1_GRAPH_INPUTS", "1") == "1",
-            "fast_core": int(os.environ.get("CUDAL1_FAST_CORE", "0"))}

@@ -24,7 +24,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Evaluation, Status
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.process import sandbox_available
+from cudal1.evaluator.sandbox import sandbox_available
 from cudal1.problems import Problem
 
 try:
@@ -225,7 +225,7 @@ def config() -> EvalConfig:
 def reference_sessions(config: EvalConfig):
     """One warm reference worker per problem, shared by the candidates of that problem (the evaluator
     promises that a reference worker never runs candidate code)."""
-    from cudal1.evaluator.core import ReferenceSession
+    from cudal1.evaluator.references import ReferenceSession
 
     sessions: dict[str, Any] = {}
 
@@ -246,8 +246,8 @@ def evaluate(case: Case, config: EvalConfig, reference_sessions: Any, static_che
     every trial contended (the host's load, not the attack's doing), which the re-check would have taken
     again."""
     from cudal1.evaluator import evaluate_candidate
-    from cudal1.evaluator.core import ReferenceSession
     from cudal1.evaluator.recheck import needs_recheck, recheck
+    from cudal1.evaluator.references import ReferenceSession
     from cudal1.evaluator.workers import default_extensions_root
 
     cfg = replace(config, static_checks=static_checks, **case.config)

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 import cudal1.evaluator.batch as batch
+import cudal1.evaluator.recheck as recheck
 from cudal1.candidates import Candidate, Evaluation, Status, load_evaluations
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.core import ReferenceError, device_name
+from cudal1.evaluator.references import ReferenceError
+from cudal1.evaluator.workers import device_name
 from cudal1.problems import Problem, load_starter_suite
 
 
@@ -33,14 +35,14 @@ def test_a_failing_harness_stops_the_batch_and_a_resumed_batch_measures_again(
                   for p in problems for i in range(2)]
     config = EvalConfig(device="cpu", static_checks=False)
     path = tmp_path / "measurements.jsonl"
-    monkeypatch.setattr(batch, "evaluate_candidate", _failing)
+    monkeypatch.setattr(recheck, "evaluate_candidate", _failing)
     with pytest.raises(RuntimeError, match=f"the evaluations of {batch.HARNESS_STREAK} problems in a row failed"):
         batch.evaluate_many(problems, candidates, config, results_path=path)
     kept = load_evaluations(path)
     # stopped at the first failure of the last problem of the streak
     assert len(kept) == 2 * (batch.HARNESS_STREAK - 1) + 1 and all(e.harness_failed for e in kept)
 
-    monkeypatch.setattr(batch, "evaluate_candidate", _measured)
+    monkeypatch.setattr(recheck, "evaluate_candidate", _measured)
     new = batch.evaluate_many(problems, candidates, config, results_path=path)
     assert len(new) == len(candidates)  # the harness failures were measured again, with the rest
     kept = load_evaluations(path)

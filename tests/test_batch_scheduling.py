@@ -259,6 +259,26 @@ def test_the_wait_for_loads_ahead_is_booked_apart_from_timing() -> None:
     assert result.extra["waited_for"] == "a load ahead"  # named by RunAhead.prepare in a batch
 
 
+def test_a_batch_times_a_candidate_only_once_the_load_ahead_is_done() -> None:
+    """In a real batch on the CPU the timing of the first candidate waits for the next one's slow load
+    ahead (a 4 s import), booked as its wait; the slow candidate itself is loaded whole and measured."""
+    from cudal1.candidates import Candidate, Status
+    from cudal1.evaluator import EvalConfig
+    from cudal1.evaluator.batch import evaluate_many
+    from cudal1.problems import load_starter_suite
+
+    first, second = load_starter_suite()[:2]
+    candidates = [Candidate(first.problem_id, first.source.replace("class Model", "class ModelNew")),
+                  Candidate(second.problem_id, "import time\ntime.sleep(4.0)\n"
+                            + second.source.replace("class Model", "class ModelNew"))]
+    config = EvalConfig(device="cpu", correctness_trials=2, timing_trials=3, target_trial_ms=5.0, remeasure=0,
+                        recheck_above=None, static_checks=False)
+    results = {e.problem_id: e for e in evaluate_many([first, second], candidates, config, ahead=1)}
+    assert all(e.status is Status.OK for e in results.values()), [e.reason for e in results.values()]
+    assert results[first.problem_id].extra["wait_s"] >= 2.0, results[first.problem_id].extra  # less its own checks
+    assert results[second.problem_id].speedup is not None
+
+
 def test_device_queue_release_closes_the_references_taken_early_and_starts_them_again() -> None:
     """Before a retry alone: the references loaded ahead for the coming problems hold device memory
     (L2-34's reference ran out beside them, retried alone or not); they go, and start again unloaded."""
@@ -332,31 +352,28 @@ def test_a_gpu_workers_start_runs_away_from_every_timed_core(monkeypatch: pytest
     use, then moves to its own timed core: starts run while other candidates are timed."""
     import os
 
-    from cudal1.evaluator import cores
+    from cudal1.evaluator import sandbox
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setattr(os, "nice", lambda increment: 0)  # a timed worker, not a build worker at nice 19
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    timed = {cores.timed_core(f"cuda:{i}") for i in range(8)}
-    start = cores.spare_cores()
+    timed = {sandbox.timed_core(f"cuda:{i}") for i in range(8)}
+    start = sandbox.spare_cores()
     assert timed == set(range(8, 16)) and start == set(range(8)) and not timed & start
-    assert cores.timed_core("cpu", core=3) == 3  # a CPU device: the core the parent names
+    assert sandbox.timed_core("cpu", core=3) == 3  # a CPU device: the core the parent names
 
 
-def test_builds_pause_for_timing_unless_the_config_lets_them_go_on() -> None:
-    """By default a build worker is stopped while a device times (QUIET); with builds_beside_timing it is
-    never added, and on a GPU's host its cores are the spare ones (none named on a CPU device)."""
+def test_builds_pause_for_timing_and_keep_to_the_spare_cores() -> None:
+    """A build worker is stopped while a device times (QUIET); on a GPU's host its cores are the spare
+    ones (none named on a CPU device)."""
     from cudal1.evaluator import builds
     from cudal1.evaluator.config import EvalConfig
 
     worker = object()
-    with builds._quieted(worker, EvalConfig(device="cpu")):  # type: ignore[arg-type]
+    with QUIET.holding(worker):  # type: ignore[arg-type]
         assert worker in QUIET.workers
     assert worker not in QUIET.workers
-    with builds._quieted(worker, EvalConfig(device="cpu", builds_beside_timing=True)):  # type: ignore[arg-type]
-        assert worker not in QUIET.workers
     assert builds._build_cores(EvalConfig(device="cpu")) == ()
-    assert EvalConfig(builds_beside_timing=True).hash == EvalConfig().hash  # when, not what, is measured
 
 
 def test_a_device_waiting_for_builds_lets_every_pending_build_go_on_a_gpu_host() -> None:

@@ -1,4 +1,4 @@
-"""closing.CLOSER: within a batch a worker's close runs beside the device loop, the next timing on that
+"""references.CLOSER: within a batch a worker's close runs beside the device loop, the next timing on that
 device waits for it (schedule.quiet_after), and no close outlives the batch; outside one, a close is made
 where it is asked for."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from cudal1.evaluator.closing import Closer
+from cudal1.evaluator.references import Closer
 from cudal1.evaluator.schedule import quiet_after
 
 

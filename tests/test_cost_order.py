@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 import cudal1.evaluator.batch as batch
+import cudal1.evaluator.recheck as recheck
 from cudal1.candidates import Candidate, Evaluation, Status, save_evaluations
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.core import device_name
 from cudal1.evaluator.schedule import RunAhead, expected_costs, largest_first
+from cudal1.evaluator.workers import device_name
 from cudal1.problems import Problem, load_starter_suite
 
 
@@ -59,7 +60,7 @@ def test_a_batch_orders_its_problems_by_what_the_results_file_says_they_cost(
     path = tmp_path / "measurements.jsonl"
     save_evaluations(earlier, path)
     candidates = [Candidate(p.problem_id, f"# {p.problem_id}\nx = 1\n", candidate_id=p.problem_id) for p in problems]
-    monkeypatch.setattr(batch, "evaluate_candidate", _measured)
+    monkeypatch.setattr(recheck, "evaluate_candidate", _measured)
     order: list[str] = []
     new = batch.evaluate_many(problems, candidates, EvalConfig(device="cpu", static_checks=False),
                               results_path=path, progress=lambda e: order.append(e.problem_id))

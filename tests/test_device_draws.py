@@ -1,7 +1,7 @@
 """The harness's draw kernels on the CPU machine: nvcc compiles them once per source (a second call reads
 the cache), a plan's draws are described as the kernels make them or refused, the check against
-get_inputs' draws catches a wrong distribution, and the option is part of what a measurement is. What
-the kernels draw on a GPU is tested in tests/gpu/test_gpu_draws.py."""
+get_inputs' draws catches a wrong distribution. What the kernels draw on a GPU is tested in
+tests/gpu/test_gpu_draws.py."""
 
 from __future__ import annotations
 
@@ -27,13 +27,8 @@ def test_the_kernels_compile_once_into_a_fatbin(tmp_path) -> None:
     assert again == path and time.perf_counter() - t0 < 1.0
 
 
-def test_no_kernels_off_cuda_or_when_turned_off() -> None:
+def test_no_kernels_off_cuda() -> None:
     assert draws_path(EvalConfig(device="cpu")) is None
-    assert draws_path(EvalConfig(device="cuda:0", device_draws=False)) is None
-
-
-def test_the_option_is_part_of_the_measurement() -> None:
-    assert EvalConfig(device_draws=False).hash != EvalConfig().hash  # other bits, same distributions
 
 
 def _plan(get_inputs):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cudal1.candidates import Candidate, Evaluation, Status
-from cudal1.evaluator import EvalConfig, workers
+from cudal1.evaluator import EvalConfig, references
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.recheck import confirmations, needs_confirmation
 from tests.edge_problem import PROBLEM, REFERENCE, program
@@ -97,7 +97,7 @@ def test_a_pass_near_the_edge_that_fails_in_a_fresh_process_is_incorrect(shared_
 def test_a_pass_near_the_edge_that_fails_under_fresh_weights_is_incorrect(monkeypatch: pytest.MonkeyPatch,
                                                                          ext_root: Path) -> None:
     seeds = iter([_seed_where(edge=True), _seed_where(edge=True), _seed_where(edge=False)])
-    monkeypatch.setattr(workers, "new_seed", lambda: next(seeds))  # the reference sessions' init seeds
+    monkeypatch.setattr(references, "new_seed", lambda: next(seeds))  # the reference sessions' init seeds
     result = _evaluate(_by_weights(), _cfg(confirm_edge=2), ext_root)
     assert result.status is Status.INCORRECT, result
     assert "with fresh weights" in result.reason and "edge_confirm_failed" in result.flags, result.reason
@@ -106,7 +106,7 @@ def test_a_pass_near_the_edge_that_fails_under_fresh_weights_is_incorrect(monkey
 
 def test_a_pass_near_the_edge_under_every_set_of_weights_is_confirmed(monkeypatch: pytest.MonkeyPatch,
                                                                      ext_root: Path) -> None:
-    monkeypatch.setattr(workers, "new_seed", lambda: _seed_where(edge=True))
+    monkeypatch.setattr(references, "new_seed", lambda: _seed_where(edge=True))
     result = _evaluate(_by_weights(), _cfg(confirm_edge=2), ext_root)
     assert result.status is Status.OK and "edge_confirmed" in result.flags, result.reason
     assert len(result.extra["confirm_tolerance_used"]) == 2
@@ -122,7 +122,7 @@ def test_a_pass_that_reads_the_clock_is_confirmed_on_its_own_weights(monkeypatch
         drawn.append(_seed_where(edge=not drawn))
         return drawn[-1]
 
-    monkeypatch.setattr(workers, "new_seed", new_seed)
+    monkeypatch.setattr(references, "new_seed", new_seed)
     cfg = EvalConfig(device="cpu", timing=False, correctness_trials=3)
     kept = _evaluate(_clocked(), cfg, ext_root)
     assert kept.status is Status.OK and "clock_confirmed" in kept.flags, kept.reason

@@ -225,6 +225,29 @@ def test_config_validation_and_hash() -> None:
     assert EvalConfig().tolerance_for("bfloat16") == (1e-2, 1e-2)
 
 
+def test_a_program_cannot_move_itself_or_reach_the_harness_objects() -> None:
+    """Onto a core of its choosing, or into the harness's objects found among the interpreter's: refused
+    by the static checks before anything runs."""
+    base = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    moves = ["import os\nos.sched_setaffinity(0, {3})\n",
+             "import gc\nharness = [o for o in gc.get_objects() if type(o).__name__ == 'Worker']\n",
+             "import sys\nsys.modules['cudal1.evaluator.sandbox'].set_affinity = lambda cores: None\n"]
+    assert screen(base) == (False, ())
+    for move in moves:
+        rejected, _ = screen(move + base)
+        assert rejected, move
+
+
+def test_the_config_hash_is_pinned() -> None:
+    """Results files and resumable batches are keyed by the config hash: a change to EvalConfig's fields or
+    to measurement_dict() that moves these values makes every earlier measurement count as another
+    protocol's. Change them only with a protocol change that is meant to, and say so."""
+    assert EvalConfig().hash == "10f3dd4ca7a7085b"
+    assert EvalConfig(device="cuda:0").hash == "10f3dd4ca7a7085b"  # the device is not in the hash
+    assert EvalConfig(tolerance=1e-2, timing_trials=7, ci_target=0.01).hash == "8cf71a64f7d573bd"
+    assert EvalConfig(device="cuda:1", recheck_above=None, correctness_trials=3).hash == "601ea5f9ba9e2373"
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_evaluation_records_round_trip(tmp_path, suffix: str) -> None:
     e = Evaluation("p", "c", Status.OK, speedup=1.5, reference_ms=3.0, candidate_ms=2.0, flags=("noisy",),

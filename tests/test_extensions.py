@@ -16,7 +16,7 @@ from cudal1.evaluator import EvalConfig, extensions
 from cudal1.evaluator.batch import evaluate_many
 from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.extensions import FAILED, install
-from cudal1.evaluator.failfast import first_on_path
+from cudal1.evaluator.toolchain import first_on_path
 from cudal1.problems import Problem
 
 # Does not compile; the program falls back to PyTorch.
@@ -139,7 +139,7 @@ def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(
     import shutil
     import subprocess
 
-    from cudal1.evaluator import ninja_logs
+    from cudal1.evaluator import toolchain
 
     if shutil.which("ninja") is None:
         pytest.skip("needs ninja")
@@ -166,21 +166,21 @@ def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(
     monkeypatch.setattr(cpp, "load_inline", builder)
     log = install(str(tmp_path / "ext"))
     cpp.load_inline("kernel")
-    deps = folder / ninja_logs.DEPS_LOG
-    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    deps = folder / toolchain.DEPS_LOG
+    assert toolchain.damaged(folder) == "" and "no work to do" in dry_run()
     # a second ninja that found the log empty compiled the object again, later, and appended its own
     # records, numbered from 0 again: ninja drops them as damage, and the object is newer than its record
     deps.write_bytes(deps.read_bytes() + deps.read_bytes()[16:])
     later = (folder / "kernel.so").stat().st_mtime_ns + 10**9
     os.utime(folder / "kernel.so", ns=(later, later))
-    assert "says it is record 0" in ninja_logs.damaged(folder)
+    assert "says it is record 0" in toolchain.damaged(folder)
     assert "no work to do" not in dry_run()  # ninja itself would compile again
-    assert ninja_logs.damaged_builds(tmp_path / "ext") == [f"kernel: {ninja_logs.damaged(folder)}"]
+    assert toolchain.damaged_builds(tmp_path / "ext") == [f"kernel: {toolchain.damaged(folder)}"]
 
     cpp.load_inline("kernel")
     assert len(log.healed) == 1 and log.healed[0].startswith("kernel: path record"), log.healed
     assert "healed" in log.summary()
-    assert ninja_logs.damaged(folder) == "" and "no work to do" in dry_run()
+    assert toolchain.damaged(folder) == "" and "no work to do" in dry_run()
     cpp.load_inline("kernel")
     assert "no work to do" in builds[-1] and len(log.healed) == 1
 
@@ -263,10 +263,10 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Run L: the parent ran out of device memory comparing one problem's outputs, the device thread died
     and the batch returned 32 of 210 evaluations. Now that evaluation names the harness and the rest run."""
-    import cudal1.evaluator.batch as batch
+    from cudal1.evaluator import recheck
     from cudal1.training.rewards import harness_failed
 
-    real = batch.evaluate_candidate
+    real = recheck.evaluate_candidate
 
     def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
         result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
@@ -274,7 +274,7 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.92 GiB")
         return result
 
-    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    monkeypatch.setattr(recheck, "evaluate_candidate", evaluate)
     problems, candidates = _three_problems()
     results = evaluate_many(problems, candidates, FAST, devices=["cpu"], extensions_root=ext_root,
                             results_path=tmp_path / "r.parquet")
@@ -290,8 +290,8 @@ def test_a_harness_failure_is_recorded_against_the_harness_and_the_batch_goes_on
 @pytest.mark.slow
 def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import cudal1.evaluator.batch as batch
     from cudal1.candidates import load_evaluations
+    from cudal1.evaluator import recheck
 
     calls = []
 
@@ -300,7 +300,7 @@ def test_a_dead_device_loop_raises_and_keeps_what_was_measured(
         if len(calls) == 2:
             raise SystemError("the device loop itself broke")
 
-    monkeypatch.setattr(batch, "release_cache", broken)
+    monkeypatch.setattr(recheck, "release_cache", broken)
     problems, candidates = _three_problems()
     path = tmp_path / "r.parquet"
     with pytest.raises(RuntimeError, match="stopped after 1 evaluations.*run again to resume"):
@@ -316,18 +316,19 @@ def test_out_of_memory_is_retried_with_nothing_running_ahead(
         ext_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run M: L2-34's reference ran out of device memory beside the workers loaded ahead. The candidate
     is evaluated once more, alone, and only a second failure is recorded."""
-    import cudal1.evaluator.batch as batch
+    from cudal1.evaluator import recheck
+    from cudal1.evaluator.references import ReferenceError
 
-    real, seen = batch.evaluate_candidate, []
+    real, seen = recheck.evaluate_candidate, []
 
     def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig, **kwargs: object):  # type: ignore[no-untyped-def]
         seen.append((problem.name, kwargs.get("prepared") is not None))
         result = real(problem, candidate, config, **kwargs)  # type: ignore[arg-type]
         if problem.name == "relu" and seen.count(("relu", True)) == 1 and kwargs.get("prepared") is not None:
-            raise batch.ReferenceError("ext-relu: reference failed while timed: out of memory: CUDA out of memory")
+            raise ReferenceError("ext-relu: reference failed while timed: out of memory: CUDA out of memory")
         return result
 
-    monkeypatch.setattr(batch, "evaluate_candidate", evaluate)
+    monkeypatch.setattr(recheck, "evaluate_candidate", evaluate)
     problems, candidates = _three_problems()
     results = {r.problem_id: r for r in evaluate_many(problems, candidates, FAST, devices=["cpu"],
                                                      extensions_root=ext_root)}
@@ -433,7 +434,7 @@ def test_a_build_worker_loads_without_the_timing_preparations(tmp_path: Path, bu
     worker = Worker("cpu", 1, flush_l2=False)
     reply = worker.load({"role": "candidate", "reference_path": str(tmp_path / "reference.py"),
                          "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0,
-                         "graph_inputs": True, "build_only": build_only})
+                         "build_only": build_only})
     assert reply["ok"], reply
     assert worker.model is not None
     assert (worker.plan is None) is build_only

@@ -1,4 +1,4 @@
-"""The workers' ninja (cudal1.evaluator.failfast): a build stops at its first failed compile, its output
+"""The workers' ninja (cudal1.evaluator.toolchain): a build stops at its first failed compile, its output
 passes through unchanged, and a build that succeeds is ninja's own. Real ninja, real g++, real workers."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ext_helpers import FAST, fixture_problem
 from cudal1.candidates import Candidate
 from cudal1.evaluator.builds import prebuild
 from cudal1.evaluator.extensions import FAILED
-from cudal1.evaluator.failfast import first_on_path, real_ninja, shim_dir
+from cudal1.evaluator.toolchain import first_on_path, real_ninja, shim_dir
 from cudal1.evaluator.workers import extensions_folder
 
 BUILD = """rule fail
@@ -130,9 +130,9 @@ def test_threads_starting_workers_at_once_get_one_shim_so_one_fork_server(monkey
     importing torch, at a 2-core machine's start."""
     import threading
 
-    from cudal1.evaluator import failfast
+    from cudal1.evaluator import toolchain
 
-    monkeypatch.setattr(failfast, "_make_shim", functools.cache(failfast._make_shim.__wrapped__))
+    monkeypatch.setattr(toolchain, "_make_shim", functools.cache(toolchain._make_shim.__wrapped__))
     barrier = threading.Barrier(6)
     paths: list[str | None] = []
 

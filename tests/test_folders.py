@@ -1,4 +1,4 @@
-"""Two sandboxed workers of one candidate share its build folder (cudal1/evaluator/folders.py): each takes
+"""Two sandboxed workers of one candidate share its build folder (cudal1/evaluator/sandbox.py): each takes
 the folder at its start, and the other still writes there, in what was there before and in what the
 other made since. On two H100s a re-check's second worker took the folder from the first, whose
 torch.compile program then failed its first call with PermissionError (docs/gpu-runs.md#2026-11-27-twin-folders).
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.evaluator.folders import GROUP_BASE, GROUP_SPAN, candidate_group, take_tree
-from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
+from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+from cudal1.evaluator.sandbox import GROUP_BASE, GROUP_SPAN, candidate_group, sandbox_available, take_tree
 
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="sandboxed workers need root")
 

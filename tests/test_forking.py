@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from cudal1.evaluator import forking
-from cudal1.evaluator.process import WorkerProcess, WorkerSpec, sandbox_available
+from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+from cudal1.evaluator.sandbox import sandbox_available
 from cudal1.evaluator.workers import scratch_root
 
 

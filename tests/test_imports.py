@@ -56,3 +56,27 @@ def test_no_import_circles() -> None:
     assert len(graph) > 50 and graph["cudal1.evaluator.core"], "the walk found the modules and their imports"
     assert "cudal1.reports" in graph["benchmarks.release_bench"], "the benchmarks' imports are in the graph"
     assert import_cycles(graph) == []
+
+
+def test_no_function_in_the_package_is_over_80_lines() -> None:
+    """The project's hard limit on a function's length (docstring included)."""
+    from structure import long_functions, module_files
+
+    modules = module_files(("cudal1",))
+    assert "cudal1.evaluator.core" in modules, "the walk found the package"
+    assert long_functions(modules, 80) == []
+
+
+def test_the_evaluator_is_small_modules_each_in_its_map() -> None:
+    """At most 30 modules of at most 400 lines, and the package docstring's module map lists each one, so a
+    newcomer finds every module by its role."""
+    import cudal1.evaluator
+
+    folder = REPO / "cudal1" / "evaluator"
+    names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert 20 <= len(names) + 1 <= 30, names
+    long = {p.name: n for p in folder.glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+    mapped = [line.split()[0] for line in (cudal1.evaluator.__doc__ or "").splitlines()
+              if line.startswith("    ") and not line.startswith("     ") and line.split()]
+    assert sorted(m for m in mapped if m in names) == names, set(names) - set(mapped)

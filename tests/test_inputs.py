@@ -82,14 +82,14 @@ def test_worker_draws_timed_inputs_from_the_plan(tmp_path) -> None:
     assert all(torch.equal(a, b) for a, b in zip(drawn, expected))
 
 
-def test_graph_inputs_stay_eager_off_cuda(tmp_path) -> None:
-    """graph_inputs asks for the captured graph; off CUDA there is none, and the eager plan times the calls
-    (the graph itself is checked on the GPU, tests/gpu/test_gpu_timing.py)."""
+def test_inputs_stay_eager_off_cuda(tmp_path) -> None:
+    """A load captures the input graph where it can; off CUDA there is none, and the eager plan times the
+    calls (the graph itself is checked on the GPU, tests/gpu/test_gpu_timing.py)."""
     problem = next(p for p in load_problems("starter") if p.problem_id == "starter-L1-1")
     path = tmp_path / "reference.py"
     path.write_text(problem.source)
     worker = Worker("cpu", 1, flush_l2=False)
-    reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0, "graph_inputs": True})
+    reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})
     assert reply["ok"] and reply["graphed"] is False and worker.graphed is None and worker.plan is not None
     timed = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": [5, 6, 7], "spot": [], "print_key": 3})
     assert timed["ok"] and not timed["problems"] and len(timed["fingerprints"]) == 3

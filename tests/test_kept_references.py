@@ -1,4 +1,4 @@
-"""Reference workers kept warm from one ``evaluate_many`` call to the next (kept.py), as the learning stages'
+"""Reference workers kept warm from one ``evaluate_many`` call to the next (references.KeptReferences), as the learning stages'
 reward calls use them: the same worker serves the next call's candidates with the same verdicts, and only a
 healthy session that finished its problem cleanly is kept."""
 
@@ -13,7 +13,7 @@ import pytest
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
-from cudal1.evaluator.kept import KeptReferences
+from cudal1.evaluator.references import KeptReferences
 from cudal1.problems import Problem, load_starter_suite
 from cudal1.training.evaluation import evaluator_fn
 

@@ -1,10 +1,10 @@
-"""The host pace recorded with each evaluation (cudal1/evaluator/pace.py): the reference worker's reading
+"""The host pace recorded with each evaluation (cudal1/evaluator/timed.py, probe_ms): the reference worker's reading
 around each batch, the slower of the two kept per trial, their median per evaluation. A real evaluation
 on the CPU carries it too (tests/test_trial_record.py)."""
 
 from __future__ import annotations
 
-from cudal1.evaluator.pace import probe_ms
+from cudal1.evaluator.timed import probe_ms
 from cudal1.evaluator.timing import TrialPair
 from cudal1.evaluator.trials import _host_pace, _pace
 
@@ -24,3 +24,8 @@ def test_a_trial_keeps_the_slower_reading_and_an_evaluation_their_median() -> No
 
 def test_no_reading_no_record() -> None:
     assert _host_pace([TrialPair([2.0], [1.0], 0.01, 0.01)]) == {}
+
+
+def test_the_probe_is_harness_code_a_candidate_cannot_swap_unseen() -> None:
+    from cudal1.evaluator import timed, worker
+    assert worker._own_code()["timed.probe_ms"] is timed.probe_ms

@@ -1,4 +1,4 @@
-"""The precompiled torch header (cudal1.evaluator.pch): compiled once with torch's own flags, found by a
+"""The precompiled torch header (cudal1.evaluator.toolchain): compiled once with torch's own flags, found by a
 worker's builds through CPATH, and without effect on what a build produces. Real g++, real torch headers,
 real workers; one header for the module (~40 s to compile on two cores)."""
 
@@ -21,8 +21,8 @@ from cudal1.candidates import Candidate
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.builds import prebuild, prebuild_header, wants_header
 from cudal1.evaluator.extensions import FAILED
-from cudal1.evaluator.pch import HEADER, cpath, header_command, prepare, search_dir
-from cudal1.evaluator.procfs import processes
+from cudal1.evaluator.sandbox import processes
+from cudal1.evaluator.toolchain import HEADER, cpath, header_command, prepare, search_dir
 from cudal1.evaluator.workers import extensions_folder
 
 pytestmark = pytest.mark.xdist_group("pch")  # one worker compiles the module's header
@@ -137,7 +137,7 @@ def test_a_compile_still_running_when_the_batch_ends_is_stopped_and_leaves_nothi
     while not (scratch.is_dir() and any(scratch.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.1)  # torch's flags are read first (seconds); then the compile writes into scratch
     assert any(scratch.iterdir()), "the compile never started"
-    sessions = {p.session for p in processes() if b"cudal1.evaluator.pch" in _cmdline(p.pid)}
+    sessions = {p.session for p in processes() if b"cudal1.evaluator.toolchain" in _cmdline(p.pid)}
     assert sessions, "no compile process found"
     stop.set()
     t0 = time.monotonic()

@@ -75,7 +75,7 @@ def test_the_parent_reads_a_candidates_deps_log_without_following_a_link_or_wait
     read as a log."""
     import os
 
-    from cudal1.evaluator import ninja_logs
+    from cudal1.evaluator import toolchain
 
     build = tmp_path / "ext" / "m"
     build.mkdir(parents=True)
@@ -83,12 +83,12 @@ def test_the_parent_reads_a_candidates_deps_log_without_following_a_link_or_wait
     secret = tmp_path / "parents-own"
     secret.write_bytes(b"not a ninja log")
     (build / ".ninja_deps").symlink_to(secret)
-    assert ninja_logs.damaged(build) == "" and ninja_logs.heal(build) == "" and (build / ".ninja_deps").is_symlink()
+    assert toolchain.damaged(build) == "" and toolchain.heal(build) == "" and (build / ".ninja_deps").is_symlink()
     (build / ".ninja_deps").unlink()
     os.mkfifo(build / ".ninja_deps")
-    assert ninja_logs.damaged(build) == ""  # returns at once: nothing writes to that pipe
+    assert toolchain.damaged(build) == ""  # returns at once: nothing writes to that pipe
     (build / ".ninja_deps").unlink()
     (build / ".ninja_deps").write_bytes(b"# ninjadeps\n" + (4).to_bytes(4, "little") + bytes(64))
-    monkeypatch.setattr(ninja_logs, "MAX_LOG", 32)
-    assert ninja_logs.damaged_builds(tmp_path / "ext") == ["m: larger than 32 bytes"]
-    assert ninja_logs.heal(build) == "larger than 32 bytes" and not (build / ".ninja_deps").exists()
+    monkeypatch.setattr(toolchain, "MAX_LOG", 32)
+    assert toolchain.damaged_builds(tmp_path / "ext") == ["m: larger than 32 bytes"]
+    assert toolchain.heal(build) == "larger than 32 bytes" and not (build / ".ninja_deps").exists()

@@ -1,4 +1,4 @@
-"""procfs.ProcessTable: the stray check reads again only the processes that may be a worker's. A process
+"""sandbox.ProcessTable: the stray check reads again only the processes that may be a worker's. A process
 older than the worker, with another uid, is read once and skipped while it lives; one younger is read every
 time; one that exits is let go. And a worker whose program leaves a detached process running is still
 rejected, with that process gone after the evaluation."""
@@ -14,8 +14,7 @@ import pytest
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
-from cudal1.evaluator.process import sandbox_available
-from cudal1.evaluator.procfs import ProcessTable, process_info
+from cudal1.evaluator.sandbox import ProcessTable, process_info, sandbox_available
 from cudal1.generation.templates import template_source
 from cudal1.problems import load_starter_suite
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.evaluator import reaping
-from cudal1.evaluator.procfs import processes
+from cudal1.evaluator import sandbox
+from cudal1.evaluator.sandbox import processes
 
 TESTS = Path(__file__).resolve().parent
 
@@ -34,11 +34,11 @@ def test_sigterm_kills_the_live_workers_then_does_what_it_did_before() -> None:
     seen: list[int] = []
     before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
-        assert reaping.reap_on_term() and reaping.reap_on_term()  # once in place, it stays the one handler
+        assert sandbox.reap_on_term() and sandbox.reap_on_term()  # once in place, it stays the one handler
         live, gone = _Child(), _Child()
-        reaping.track(live)
-        reaping.track(gone)
-        reaping.forget(gone)  # closed by its owner: not the handler's
+        sandbox.track(live)
+        sandbox.track(gone)
+        sandbox.forget(gone)  # closed by its owner: not the handler's
         os.kill(os.getpid(), signal.SIGTERM)
         deadline = time.monotonic() + 5
         while not seen and time.monotonic() < deadline:
@@ -46,10 +46,10 @@ def test_sigterm_kills_the_live_workers_then_does_what_it_did_before() -> None:
         assert seen == [signal.SIGTERM]  # the handler before still ran, after the kill
         assert live.proc.poll() is not None and gone.proc.poll() is None
         gone.kill()
-        assert live not in reaping.live()
+        assert live not in sandbox.live()
     finally:
         signal.signal(signal.SIGTERM, before)
-        reaping._INSTALLED.clear()
+        sandbox._INSTALLED.clear()
 
 
 def _compiling(folder: Path) -> list[int]:

@@ -1,5 +1,5 @@
 """A re-measurement stops its trials once its interval agrees with an earlier measurement's
-(EvalConfig.recheck_early, trials._pairs): first with scripted trials (which trials are taken, not a
+(trials._pairs): first with scripted trials (which trials are taken, not a
 measurement), then what the re-check hands each re-measurement, then end to end with real workers on
 the CPU."""
 
@@ -58,21 +58,12 @@ def test_a_re_measurement_stops_once_it_agrees(monkeypatch: pytest.MonkeyPatch, 
     assert ("agreed_early" in run.flags) == (taken == 5)
 
 
-def test_off_a_re_measurement_times_as_a_first_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _scripted(monkeypatch)
-    run = _run(((2.05, 1.98, 2.1),), recheck_early=False)
-    trials._pairs(run, 4, time.perf_counter())  # type: ignore[arg-type]
-    assert len(asked) == 15 and "agreed_early" not in run.flags
-
-
 class _Session:
     def restart(self) -> None:
         raise AssertionError("no re-measurement here runs out of memory")
 
 
-@pytest.mark.parametrize("early", [True, False])
-def test_each_re_measurement_is_handed_the_measurements_before_it(monkeypatch: pytest.MonkeyPatch,
-                                                                  early: bool) -> None:
+def test_each_re_measurement_is_handed_the_measurements_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = load_starter_suite()[0]
     candidate = Candidate(problem.problem_id, "class ModelNew: pass")
     first = Evaluation(problem.problem_id, candidate.candidate_id, Status.OK, speedup=10.0, speedup_low=9.8,
@@ -86,12 +77,9 @@ def test_each_re_measurement_is_handed_the_measurements_before_it(monkeypatch: p
         return next(later)
 
     monkeypatch.setattr(recheck, "evaluate_candidate", measured)
-    config = EvalConfig(device="cuda:0", recheck_early=early)
+    config = EvalConfig(device="cuda:0")
     result = recheck.recheck(first, problem, candidate, config, Path("/nonexistent"), _Session())  # type: ignore[arg-type]
-    if early:
-        assert handed == [((10.0, 9.8, 10.2),), ((10.0, 9.8, 10.2), (5.0, 4.9, 5.1))]
-    else:
-        assert handed == [(), ()]
+    assert handed == [((10.0, 9.8, 10.2),), ((10.0, 9.8, 10.2), (5.0, 4.9, 5.1))]
     assert result.ok and result.speedup == 5.0 and result.extra["recheck_trials"] == [15, 15, 5], result
 
 
@@ -126,7 +114,7 @@ def test_end_to_end_the_re_measurement_stops_at_the_least_trials(monkeypatch: py
     shown = {k: v for k, v in result.extra.items() if k.startswith("recheck") or k == "contended_trials"}
     assert result.ok and "rechecked" in result.flags, (result.status, result.reason, result.flags, shown)
     assert result.extra["recheck_agreed_early"] == [False, True], (result.flags, shown)
-    # its first three trials (one more where the first is recalibrated): never the ceiling a re-measurement
-    # without recheck_early times to
+    # its first three trials (one more where the first is recalibrated): never the ceiling a first
+    # measurement times to
     assert 3 <= result.extra["recheck_trials"][1] < config.timing_trials * (config.remeasure + 1), shown
     assert result.speedup == min(result.extra["recheck_speedups"]), result

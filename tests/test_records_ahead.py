@@ -11,7 +11,7 @@ import pytest
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, core
-from cudal1.evaluator.workers import ReferenceSession
+from cudal1.evaluator.references import ReferenceSession
 from cudal1.problems import Problem
 
 REFERENCE = '''import torch

@@ -1,6 +1,6 @@
 """A GPU worker's load prepares the reference's inputs on the spare cores and runs program code on its
-timed core (EvalConfig.spare_prep, cores.on_cores). The move is the same on any device; the worker only
-asks for it on a GPU's host, so these tests hand a CPU worker spare cores of their own."""
+timed core (sandbox.on_cores). The move is the same on any device; a worker is only given spare cores on a
+GPU's host (worker_main), so these tests hand a CPU worker spare cores of their own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from cudal1.evaluator import cores
-from cudal1.evaluator.config import EvalConfig
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.worker import Worker
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
@@ -56,35 +55,30 @@ class ModelNew(nn.Module):
 def test_the_block_runs_on_the_cores_given_and_the_thread_returns_to_its_own_even_when_it_raises() -> None:
     own = os.sched_getaffinity(0)
     spare = {min(own)}
-    with cores.on_cores(spare):
+    with sandbox.on_cores(spare):
         assert os.sched_getaffinity(0) == spare
     assert os.sched_getaffinity(0) == own
-    with pytest.raises(RuntimeError), cores.on_cores(spare):
+    with pytest.raises(RuntimeError), sandbox.on_cores(spare):
         raise RuntimeError("a preparation that fails")
     assert os.sched_getaffinity(0) == own
-    with cores.on_cores(None):
+    with sandbox.on_cores(None):
         assert os.sched_getaffinity(0) == own
 
 
-@pytest.mark.parametrize("spare_prep", [True, False])
-def test_a_loads_preparation_runs_on_the_spare_cores_and_the_program_on_the_workers_own(tmp_path, spare_prep: bool) -> None:
+@pytest.mark.parametrize("has_spare", [True, False], ids=["spare-cores", "none"])
+def test_a_loads_preparation_runs_on_the_spare_cores_and_the_program_on_the_workers_own(tmp_path, has_spare: bool) -> None:
     (tmp_path / "reference.py").write_text(REFERENCE)
     (tmp_path / "candidate.py").write_text(CANDIDATE)
     own = os.sched_getaffinity(0)
     spare = {min(own)}
-    worker = Worker("cpu", 1, flush_l2=False, spare_cores=spare)  # worker_main gives a GPU worker its host's
+    # worker_main gives a GPU worker its host's spare cores; none where the host has too few to split
+    worker = Worker("cpu", 1, flush_l2=False, spare_cores=spare if has_spare else None)
     reply = worker.load({"role": "candidate", "reference_path": str(tmp_path / "reference.py"),
-                         "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0,
-                         "spare_prep": spare_prep})
+                         "candidate_path": str(tmp_path / "candidate.py"), "init_seed": 0})
     assert reply["ok"] and worker.plan is not None, reply
     prepared_on = worker.reference.SEEN[0]  # the plan's recording called get_inputs
-    assert prepared_on == sorted(spare if spare_prep else own)
+    assert prepared_on == sorted(spare if has_spare else own)
     candidate = worker.init[0]
     module = sys.modules[candidate.__module__]
     assert module.AT_IMPORT == sorted(own) and module.BUILT == [sorted(own)]  # program code: the worker's own
     assert os.sched_getaffinity(0) == own
-
-
-def test_spare_prep_is_on_by_default_and_changes_no_measurement() -> None:
-    assert EvalConfig().spare_prep
-    assert EvalConfig(spare_prep=False).hash == EvalConfig().hash  # where the harness prepares, not what

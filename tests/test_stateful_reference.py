@@ -59,7 +59,7 @@ def test_each_candidate_of_a_batch_meets_a_fresh_reference_and_the_state_still_c
     first, dropped, again = evaluate_many([PROBLEM], [itself, forgetful, itself], cfg)
     assert first.status == Status.OK and again.status == Status.OK, (first.reason, again.reason)
     assert dropped.status == Status.INCORRECT and "correctness trial 2" in dropped.reason
-    # Loaded ahead, the later two made their first call there (EvalConfig.warm_ahead), which moved their
+    # Loaded ahead, the later two made their first call there (core.load_candidate's first_call), which moved their
     # state on: built again before their trials, as fresh as the reference
     assert "first_call_s" in dropped.extra and "first_call_s" in again.extra
 
@@ -67,7 +67,7 @@ def test_each_candidate_of_a_batch_meets_a_fresh_reference_and_the_state_still_c
 def test_a_restarted_reference_worker_gives_the_same_records() -> None:
     """``ReferenceSession.restart`` (room for a re-measurement that ran out of device memory) stops the
     worker, and the fresh one builds the same reference: same init seed, same outputs for the same seed."""
-    from cudal1.evaluator.workers import ReferenceSession
+    from cudal1.evaluator.references import ReferenceSession
     from cudal1.problems import load_starter_suite
 
     problem = next(p for p in load_starter_suite() if "nn.Linear" in p.source)  # weights from the init seed

@@ -1,5 +1,5 @@
 """A program that tunes itself by timing (cuDNN's benchmark mode, its own clock) makes its first call alone
-on its device when EvalConfig.tune_alone is on: not among the loads ahead, but inside the batch's quiet
+on its device: not among the loads ahead, but inside the batch's quiet
 context right before its correctness trials; a failure of that call is still the program's."""
 
 from __future__ import annotations
@@ -45,29 +45,16 @@ def test_the_static_flags_name_the_programs_that_tune_themselves() -> None:
 
 
 def test_a_self_tuning_program_makes_its_first_call_alone_and_the_others_ahead() -> None:
-    cfg = EvalConfig(device="cpu", timing=False, tune_alone=True)
-    assert cfg.hash == EvalConfig(device="cpu", timing=False).hash  # when, not what: resumable either way
+    cfg = EvalConfig(device="cpu", timing=False)
     plain, benchmark, clocked = evaluate_many(
         [PROBLEM], [_candidate(SAME, "plain"), _candidate(BENCHMARK, "benchmark"), _candidate(CLOCKED, "clocked")], cfg)
     assert all(e.status == Status.OK for e in (plain, benchmark, clocked)), [e.reason for e in (plain, benchmark, clocked)]
-    # The plain program's first call was made while it loaded ahead, as always (EvalConfig.warm_ahead)
+    # The plain program's first call was made while it loaded ahead, as always
     assert "first_call_s" in plain.extra and "tuned_alone" not in plain.flags, (plain.extra, plain.flags)
     # The self-tuning ones were loaded ahead without it, and made it alone before their correctness trials
     for e in (benchmark, clocked):
         assert "first_call_s" not in e.extra and e.extra["tuned_first_call_s"] >= 0.0, e.extra
         assert "tuned_alone" in e.flags, e.flags
-
-
-def test_tune_alone_is_on_by_default() -> None:
-    assert EvalConfig().tune_alone
-
-
-def test_tune_alone_off_leaves_every_first_call_ahead() -> None:
-    cfg = EvalConfig(device="cpu", timing=False, tune_alone=False)
-    (benchmark,) = evaluate_many([PROBLEM], [_candidate(BENCHMARK, "benchmark")], cfg)
-    assert benchmark.status == Status.OK, benchmark.reason
-    assert "first_call_s" in benchmark.extra and "tuned_first_call_s" not in benchmark.extra
-    assert "tuned_alone" not in benchmark.flags and "cudnn_benchmark" in benchmark.flags
 
 
 def test_the_call_alone_runs_inside_the_quiet_context_before_the_timing() -> None:
@@ -80,7 +67,7 @@ def test_the_call_alone_runs_inside_the_quiet_context_before_the_timing() -> Non
         yield None
         entered.append((start, time.perf_counter()))
 
-    cfg = EvalConfig(device="cpu", tune_alone=True, timing_trials=2, remeasure=0, recheck_above=None)
+    cfg = EvalConfig(device="cpu", timing_trials=2, remeasure=0, recheck_above=None)
     result = evaluate_candidate(PROBLEM, _candidate(BENCHMARK, "benchmark"), cfg, quiet=quiet)
     assert result.status == Status.OK, result.reason
     assert len(entered) == 2, entered  # the first call alone, then the timing
@@ -93,7 +80,7 @@ def test_the_call_alone_runs_inside_the_quiet_context_before_the_timing() -> Non
 
 
 def test_a_self_tuning_program_that_fails_its_first_call_alone_fails() -> None:
-    cfg = EvalConfig(device="cpu", timing=False, tune_alone=True)
+    cfg = EvalConfig(device="cpu", timing=False)
     (failed,) = evaluate_many([PROBLEM], [_candidate(TUNED_FIRST_CALL_FAILS, "fails")], cfg)
     assert failed.status == Status.RUNTIME_ERROR, (failed.status, failed.reason)
     assert failed.reason.startswith("first call:") and "lazy initialisation went wrong" in failed.reason, failed.reason

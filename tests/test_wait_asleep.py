@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cudal1.evaluator.contention import process_cpu_s, sample
 from cudal1.evaluator.process import SETTLE_S, WorkerProcess
-from cudal1.evaluator.procfs import process_info
+from cudal1.evaluator.sandbox import process_info
+from cudal1.evaluator.timing import process_cpu_s, sample
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
 

@@ -1,4 +1,4 @@
-"""A batch's candidates get ready ahead (EvalConfig.warm_ahead): one loaded ahead makes its first call
+"""A batch's candidates get ready ahead: one loaded ahead makes its first call
 there, and a failure of that call is still the program's; a program whose state the call moved meets a fresh
 reference from a fresh start; a torch.compile program's worker makes torch.compile's start before its load."""
 
@@ -42,13 +42,6 @@ def test_candidates_loaded_ahead_make_their_first_call_while_loading() -> None:
         assert "group_wait_s" not in e.extra and e.extra["build_wait_s"] >= 0.0 and e.extra["prepare_s"] >= 0.0, e.extra
 
 
-def test_warm_ahead_off_leaves_the_first_call_to_correctness() -> None:
-    cfg = EvalConfig(device="cpu", timing=False, warm_ahead=False)
-    evaluations = evaluate_many([PROBLEM], [_candidate(SAME, f"copy {i}") for i in range(3)], cfg)
-    assert all(e.status == Status.OK and "first_call_s" not in e.extra for e in evaluations)
-    assert cfg.hash == EvalConfig(device="cpu", timing=False).hash  # the same measurement, resumable
-
-
 def test_a_program_that_fails_its_first_call_fails_loaded_ahead_or_not() -> None:
     cfg = EvalConfig(device="cpu", timing=False)
     alone = evaluate_candidate(PROBLEM, _candidate(FIRST_CALL_FAILS, "alone"), cfg)
@@ -74,16 +67,15 @@ def test_a_call_counting_program_loaded_ahead_is_still_caught() -> None:
 def test_a_torch_compile_program_started_ahead_makes_torch_compiles_start_before_its_load(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Inductor's imports and the stand-in compile (seconds) come when the worker starts, not in the load
-    that timing waits for, the first candidate's too (started beside its reference's load); with
-    warm_ahead off, in the load as before. The verdicts are the same. (On a GPU's host by default; here
-    switched on.)"""
+    that timing waits for, the first candidate's too (started beside its reference's load). That is a GPU's
+    host's way; on a CPU device, whose cores also time, it comes in the load. The verdicts are the same."""
     assert not batch.compile_at_start(EvalConfig(device="cpu"))
-    monkeypatch.setattr(batch, "compile_at_start", lambda config: config.warm_ahead)
     compiled = SCALE + "\nclass ModelNew(Model):\n    def __init__(self):\n        super().__init__()\n" \
         "        self.forward = torch.compile(super().forward)\n"
     cands = [_candidate(compiled, f"compiled {i}") for i in range(2)]
+    off = evaluate_many([PROBLEM], cands, EvalConfig(device="cpu", timing=False))
+    monkeypatch.setattr(batch, "compile_at_start", lambda config: True)  # as on a GPU's host
     on = evaluate_many([PROBLEM], cands, EvalConfig(device="cpu", timing=False))
-    off = evaluate_many([PROBLEM], cands, EvalConfig(device="cpu", timing=False, warm_ahead=False))
     assert [e.status for e in on] == [e.status for e in off] == [Status.OK, Status.OK], [e.reason for e in on + off]
     assert [e.extra.get("compile_start") for e in on] == ["start", "start"]
     assert [e.extra.get("compile_start") for e in off] == ["load", "load"]

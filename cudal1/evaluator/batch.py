@@ -12,40 +12,26 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, load_evaluations, save_evaluations
-from cudal1.evaluator import reaping
-from cudal1.evaluator.builds import QUIET, header_beside, pin_cuda_arch
-from cudal1.evaluator.closing import CLOSER
+from cudal1.candidates import Candidate, Evaluation, load_evaluations, save_evaluations
+from cudal1.evaluator import sandbox
+from cudal1.evaluator.builds import header_beside, pin_cuda_arch
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import (
-    ReferenceError,
-    ReferenceSession,
-    default_extensions_root,
-    device_name,
-    evaluate_candidate,
-    load_candidate,
-    prepare_candidate_worker,
-    static_verdict,
-)
+from cudal1.evaluator.core import load_candidate, static_verdict
 from cudal1.evaluator.extensions import mentions_compile
-from cudal1.evaluator.kept import KeptReferences
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
 from cudal1.evaluator.recheck import (
     Twins,
-    confirm,
+    evaluate_guarded,
     expected_rechecks,
-    needs_confirmation,
-    needs_recheck,
     out_of_memory,
-    recheck,
     reference_failed,
 )
+from cudal1.evaluator.references import CLOSER, KeptReferences, ReferenceError, ReferenceSession
 from cudal1.evaluator.schedule import (
-    Ahead,
     DeviceQueue,
     Group,
     Groups,
@@ -58,7 +44,11 @@ from cudal1.evaluator.schedule import (
     submit_builds,
 )
 from cudal1.evaluator.static import screen, tunes_itself
-from cudal1.evaluator.workers import release_cache
+from cudal1.evaluator.workers import (
+    default_extensions_root,
+    device_name,
+    prepare_candidate_worker,
+)
 from cudal1.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -138,7 +128,7 @@ def evaluate_many(
     and the devices finish together. ``history``: earlier evaluations to take those costs from, and the
     candidates whose re-check above ``recheck_above`` to expect (recheck.Twins); by default what
     results_path holds. ``ahead``: candidates each device loads ahead of the one it times (:data:`AHEAD`).
-    ``references``: problems' reference workers kept from earlier calls and for later ones (kept.py), as
+    ``references``: problems' reference workers kept from earlier calls and for later ones (references.KeptReferences), as
     the learning stages' reward calls do; None starts and closes each problem's reference here."""
     if ahead < 1:
         raise ValueError(f"ahead={ahead}: a device loads at least the next candidate ahead (use 1 or more)")
@@ -146,39 +136,64 @@ def evaluate_many(
     unknown = sorted({c.problem_id for c in candidates} - set(by_id))
     if unknown:
         raise ValueError(f"candidates name problems that are not loaded: {unknown[:5]}; load the suite they came from")
-    reaping.reap_on_term()  # a SIGTERM (a timeout, a cancelled flow run) takes the workers and their builds along
+    sandbox.reap_on_term()  # a SIGTERM (a timeout, a cancelled flow run) takes the workers and their builds along
     devices = list(devices or [config.device])
     path = Path(results_path) if results_path is not None else None
     # A harness failure says nothing about its candidate: measured again when a batch resumes (and replaced).
     every = load_evaluations(path) if path is not None else []
     existing = [e for e in every if not e.harness_failed]
-    done = {e.key for e in existing}
     ext_root = extensions_root or default_extensions_root()
     if config.is_cuda:
         pin_cuda_arch(devices)
-    todo = [c for c in candidates
-            if (by_id[c.problem_id].sha256, c.sha256, config.hash, device_name(devices[0])) not in done]
     sink = _Sink(path, existing, progress)
-    # What the static checks settle is recorded first and takes no worker, build or device time.
-    cfg0 = config.with_device(devices[0])
-    settled = [(c, static_verdict(by_id[c.problem_id], c, cfg0)) for c in todo]
-    sink.add_all([verdict for _, verdict in settled if verdict is not None])
-    todo = [c for c, verdict in settled if verdict is None]
+    todo = _unsettled(candidates, by_id, config, devices, {e.key for e in existing}, sink)
     if not todo:
         return sink.new
-    # Builds in submission order on all cores but those the timing path needs (the parent and the two
-    # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
-    workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))
     order: dict[str, list[Candidate]] = {}
     for c in todo:
         order.setdefault(c.problem_id, []).append(c)
     history = every if history is None else history
     ordered = largest_first(list(order.items()), expected_costs(history) if costs is None else costs)
-    rechecks = expected_rechecks(history, config)
+    # Builds in submission order on all cores but those the timing path needs (the parent and the two
+    # workers of each device), at the lowest CPU priority, overlapping the timing of what needs no build.
+    workers = build_workers or max(1, (os.cpu_count() or 2) - 1 - 2 * len(devices))
+    _run_devices(ordered, by_id, config, devices, ext_root, sink,
+                 _Options(ahead, expected_rechecks(history, config), references, workers))
+    return sink.new
+
+
+def _unsettled(candidates: Sequence[Candidate], by_id: Mapping[str, Problem], config: EvalConfig,
+               devices: list[str], done: set[tuple], sink: _Sink) -> list[Candidate]:
+    """The candidates still to evaluate: not measured already under this config on this hardware, and not
+    settled by the static checks, whose verdicts are recorded here first (no worker, build or device time)."""
+    todo = [c for c in candidates
+            if (by_id[c.problem_id].sha256, c.sha256, config.hash, device_name(devices[0])) not in done]
+    cfg0 = config.with_device(devices[0])
+    settled = [(c, static_verdict(by_id[c.problem_id], c, cfg0)) for c in todo]
+    sink.add_all([verdict for _, verdict in settled if verdict is not None])
+    return [c for c, verdict in settled if verdict is None]
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What each device loop of a batch is given beside its groups (evaluate_many's arguments)."""
+
+    ahead: int  # candidates loaded ahead of the one timed
+    rechecks: set[str]  # source hashes whose re-check is expected (recheck.Twins)
+    references: KeptReferences | None  # references kept between batches
+    build_workers: int  # builds at once
+
+
+def _run_devices(ordered: list[tuple[str, list[Candidate]]], by_id: Mapping[str, Problem], config: EvalConfig,
+                 devices: list[str], ext_root: Path, sink: _Sink, options: _Options) -> None:
+    """The batch's builds, its precompiled header and one loop per device (:class:`_DeviceLoop`), until every
+    problem of ``ordered`` (its id and candidates, in order) is evaluated; raises if a device loop stopped
+    (what was evaluated is in ``sink``)."""
+    todo = [c for _pid, cands in ordered for c in cands]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-pch") as beside, \
-            ThreadPoolExecutor(max_workers=workers) as pool:
+            ThreadPoolExecutor(max_workers=options.build_workers) as pool:
         done_evaluating = threading.Event()  # ends the precompiled header's compile if still running
-        header = header_beside(beside, todo, ext_root, config, done_evaluating)  # (pch.py)
+        header = header_beside(beside, todo, ext_root, config, done_evaluating)  # (toolchain.py)
         if header is not None:
             header.add_done_callback(_log_header)
         builds = submit_builds(pool, ordered, by_id, config, devices, ext_root)
@@ -187,7 +202,8 @@ def evaluate_many(
 
         def run_device(device: str) -> None:
             try:
-                _DeviceLoop(device, groups, builds, config, ext_root, sink, ahead, Twins(rechecks), references).run()
+                _DeviceLoop(device, groups, builds, config, ext_root, sink, options.ahead, Twins(options.rechecks),
+                            options.references).run()
             except BaseException as exc:  # surfaced below: a dead device loop must not end the batch quietly
                 errors.append(exc)
                 groups.close()
@@ -196,7 +212,7 @@ def evaluate_many(
         threads = [threading.Thread(target=run_device, args=(d,), name=f"cudal1-eval-{d}", daemon=True)
                    for d in devices]
         try:
-            with CLOSER.active():  # workers close beside the device loops, and are all gone at the end (closing.py)
+            with CLOSER.active():  # workers close beside the device loops, and are all gone at the end
                 for t in threads:
                     t.start()
                 for t in threads:
@@ -204,10 +220,9 @@ def evaluate_many(
         finally:  # no build is left to use the header: the batch does not wait for it (prebuild_header)
             done_evaluating.set()
         if errors:
-            raise RuntimeError(f"the evaluation loop stopped after {len(sink.new)} evaluations (kept"
-                               f"{' in ' + str(path) if path else ''}; run again to resume): "
-                               f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
-    return sink.new
+            where = f" in {sink.path}" if sink.path else ""
+            raise RuntimeError(f"the evaluation loop stopped after {len(sink.new)} evaluations (kept{where}; run "
+                               f"again to resume): {type(errors[0]).__name__}: {errors[0]}") from errors[0]
 
 
 def _log_header(done: Future[tuple[str, float]]) -> None:
@@ -231,10 +246,10 @@ class _DeviceLoop:
         self.references = references
         self.cfg, self.ext_root, self.sink = config.with_device(device), ext_root, sink
         self.release_ahead: Callable[[], None] = lambda: None  # the references taken early go (DeviceQueue.release)
-        # Workers started ahead for programs that tune themselves (EvalConfig.tune_alone): their loads ahead
+        # Workers started ahead for programs that tune themselves (static.tunes_itself): their loads ahead
         # make no first call. Started on the loop's thread, loaded on the loader's. Weak, not by id(): a
         # worker let go unloaded would leave its id behind for a later worker to reuse.
-        self.tune_alone: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        self.tuning_alone: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=2) as starter, ThreadPoolExecutor(max_workers=2 * self.ahead) as loader:
@@ -261,8 +276,8 @@ class _DeviceLoop:
             first, *coming = self.twins.around([(problem, cands[0], session_future), *queue.coming(group, 0)])
             ahead.start_group(first, coming)
         session = _loaded(session_future)
-        # The device's time outside any evaluation, booked on the evaluation it came before: on two H200s
-        # the evaluations summed to 52-79% of the devices' wall (docs/gpu-runs.md#2026-11-25-fixes-verified).
+        # The device's time outside any evaluation, booked on the evaluation it came before: on two GPUs the
+        # evaluations summed to as little as half of the devices' wall.
         idle = {"group_wait_s": waited_s, "reference_wait_s": time.perf_counter() - t0}
         if isinstance(session, str):
             for c in cands:
@@ -298,19 +313,19 @@ class _DeviceLoop:
                  waits: list[Future], **prepared: Any) -> Evaluation:
         """The candidate's evaluation, timed once the loads ahead are done, with builds paused."""
         twin = self.twins.of(c)
-        result = _guarded(problem, c, self.cfg, session, self.ext_root,
-                          quiet=quiet_after([] if self.cfg.pause_loads else waits, self.cfg.device),
+        result = evaluate_guarded(problem, c, self.cfg, session, self.ext_root,
+                          quiet=quiet_after(waits, self.cfg.device),
                           ready=lambda: ahead.take(twin) if twin is not None else None, **prepared)
         if out_of_memory(result):
-            # Workers running ahead hold device memory too (L2-34's reference ran out in the 2026-11-23-release-210 run, docs/gpu-runs.md):
+            # Workers running ahead hold device memory too (a large problem's reference ran out beside them):
             # once more with nothing ahead, before the failure is recorded.
             wait(waits)
             ahead.clear()
             self.release_ahead()
             if self.references is not None:
                 self.references.close()  # the references kept idle for later batches hold device memory too
-            CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (closing.py)
-            result = _guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
+            CLOSER.wait(self.cfg.device)  # and the workers still closing have given theirs back (references.CLOSER)
+            result = evaluate_guarded(problem, c, self.cfg, session, self.ext_root, quiet=quiet_after([], self.cfg.device))
             result = replace(result, flags=tuple(sorted(set(result.flags) | {"retried_alone"})))
         return result
 
@@ -335,25 +350,23 @@ class _DeviceLoop:
         starts were still running when their loads were due."""
         warm = compile_at_start(self.cfg) and mentions_compile(c.source)
         worker = prepare_candidate_worker(problem, c, self.cfg, self.ext_root, warm_compile=warm)
-        if self.cfg.tune_alone and tunes_itself(screen(c.source)[1]):
-            self.tune_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
+        if tunes_itself(screen(c.source)[1]):
+            self.tuning_alone.add(worker)  # its first call waits for its turn (core._first_call_alone)
         return worker
 
     def _load_ahead(self, worker: WorkerProcess, future: Future) -> dict:
         session = future.result()
         if isinstance(session, str):
             return {"ok": False, "error": session}
-        with QUIET.holding(worker, pause=self.cfg.pause_loads, device=self.cfg.device):
-            alone = worker in self.tune_alone
-            self.tune_alone.discard(worker)
-            return load_candidate(worker, session.init_seed, self.cfg, first_call=self.cfg.warm_ahead and not alone)
+        alone = worker in self.tuning_alone
+        self.tuning_alone.discard(worker)
+        return load_candidate(worker, session.init_seed, self.cfg, first_call=not alone)
 
     def _load_reference(self, future: Future) -> None:
         """Load a coming problem's reference ahead; a failure is raised again when its turn comes."""
         session = future.result()
         if not isinstance(session, str):
-            with QUIET.holding(session.worker, pause=self.cfg.pause_loads, device=self.cfg.device), \
-                    suppress(ReferenceError):
+            with suppress(ReferenceError):
                 session.load()  # a failure is raised again, and reported, when its turn comes
 
     def _startable(self, c: Candidate) -> bool:
@@ -370,24 +383,3 @@ def _loaded(future: Future) -> ReferenceSession | str:
         except ReferenceError as exc:
             session = str(exc)
     return session
-
-
-def _guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
-             ready: Callable[[], Ahead[WorkerProcess] | None] = lambda: None, **kwargs: Any) -> Evaluation:
-    """One evaluation (re-checked when its speedup is large) that never raises: a failure of the reference
-    or of the harness itself (e.g. the parent out of device memory) is recorded against the harness,
-    never the candidate, and the batch goes on. ``ready`` hands over a second worker of the candidate
-    loaded ahead for its re-check (recheck.Twins), taken only when one is made."""
-    try:
-        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
-        if needs_recheck(result, cfg):
-            result = recheck(result, problem, c, cfg, ext_root, session, ready())
-        if needs_confirmation(result, cfg):  # a re-checked pass still meets clocks that decide its races
-            result = confirm(result, problem, c, cfg, ext_root, session)
-    except ReferenceError as exc:
-        result = reference_failed(problem, c, cfg, str(exc))
-    except Exception as exc:  # noqa: BLE001 - the harness's own failure
-        result = reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
-    finally:
-        release_cache(cfg)
-    return result

@@ -16,55 +16,44 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from cudal1.candidates import Candidate
-from cudal1.evaluator import pch
+from cudal1.evaluator import toolchain
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import load_candidate, new_seed
-from cudal1.evaluator.cores import spare_cores
+from cudal1.evaluator.core import load_candidate
 from cudal1.evaluator.extensions import mentions_builds
-from cudal1.evaluator.ninja_logs import damaged_builds
-from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec, repo_root
-from cudal1.evaluator.procfs import processes
-from cudal1.evaluator.workers import extensions_folder
+from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
+from cudal1.evaluator.sandbox import processes, repo_root, spare_cores
+from cudal1.evaluator.toolchain import damaged_builds
+from cudal1.evaluator.workers import extensions_folder, new_seed
 from cudal1.problems import Problem
 
 
 class Quiet:
-    """Stops the build workers, and every compiler they started, while a device times a candidate; and a
-    device's own loads ahead (EvalConfig.pause_loads) while that device times.
-
-    Measured on the H100 (docs/gpu-runs.md#2026-11-23-two-cold): with 13 builds at nice 19 beside the timing, two
-    cold runs of the same 67 rows differed by a median 3.2% and a 95th percentile of 28%, and the
-    wall-clock check rejected rows in one run and not the other; launch-bound programs (200 calls per
-    trial) moved most. Builds only pause: they resume when no device is timing. A load ahead belongs to
-    one device (``device``) and pauses only while that one times: with two devices one nearly always
-    times, and loads stopped by either would hardly run."""
+    """Stops the build workers, and every compiler they started, while a device times a candidate. Builds
+    at the lowest priority beside the timing made two cold runs of the same rows differ by a median 3%
+    and the wall-clock check reject rows in one run and not the other; launch-bound programs moved most.
+    Builds only pause: they resume when no device is timing."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.workers: set[WorkerProcess] = set()
-        self.depth = 0
-        self.device_depth: Counter[str] = Counter()  # devices timing now, each counted once per timing
+        self.depth = 0  # timings in progress, over every device
         self.keys: dict[WorkerProcess, str] = {}  # a build worker's candidate (source hash)
-        self.devices: dict[WorkerProcess, str] = {}  # a load ahead's device
         self.free: Counter[str] = Counter()  # builds let go by devices waiting for them (letting_go)
 
     def _held(self, workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
-        """Those to be stopped now: a device's load while its device times, a build (not let go) while any does."""
-        return [w for w in workers if (self.device_depth[self.devices[w]] > 0 if w in self.devices
-                                       else self.depth > 0 and self.free[self.keys.get(w, "")] <= 0)]
+        """Those to be stopped now: every build not let go, while any device times."""
+        return [w for w in workers if self.depth > 0 and self.free[self.keys.get(w, "")] <= 0]
 
-    def add(self, worker: WorkerProcess, key: str = "", device: str = "") -> None:
+    def add(self, worker: WorkerProcess, key: str = "") -> None:
         with self.lock:
             self.workers.add(worker)
             if key:
                 self.keys[worker] = key
-            if device:
-                self.devices[worker] = device
             self._signal(signal.SIGSTOP, self._held([worker]))
 
     def discard(self, worker: WorkerProcess) -> None:
@@ -75,16 +64,15 @@ class Quiet:
                 stopped = bool(self._held([worker]))
                 self.workers.discard(worker)
                 self.keys.pop(worker, None)
-                self.devices.pop(worker, None)
                 if stopped:
                     self._signal(signal.SIGCONT, [worker])
 
     @contextmanager
     def letting_go(self, keys: set[str]) -> Iterator[None]:
         """The builds of these candidates go on while a device times: a device is idle waiting for them.
-        On two H200s a device waited 49-96 s a run for builds paused by the other device's timing
-        (docs/gpu-runs.md#2026-11-26-two-gpu-sample); letting every build go on instead widened the
-        spread between runs, so only those a waiting device needs go (on the spare cores, at nice 19)."""
+        On two GPUs a device otherwise waits for builds paused by the other device's timing; letting every
+        build go on instead widened the spread between runs, so only those a waiting device needs go (on
+        the spare cores, at nice 19)."""
         keys = {k for k in keys if k}
         with self.lock:
             self.free.update(keys)
@@ -102,13 +90,9 @@ class Quiet:
                     self._signal(signal.SIGSTOP, [w for w in self.workers if self.keys.get(w) in held])
 
     @contextmanager
-    def holding(self, worker: WorkerProcess, key: str = "", pause: bool = True, device: str = "") -> Iterator[None]:
-        """``worker`` stopped whenever a device times (a build worker), or whenever ``device`` does (a load
-        ahead under EvalConfig.pause_loads), until the block ends; a no-op without ``pause``."""
-        if not pause:
-            yield
-            return
-        self.add(worker, key, device)
+    def holding(self, worker: WorkerProcess, key: str = "") -> Iterator[None]:
+        """A build worker (of the candidate ``key``) stopped whenever a device times, until the block ends."""
+        self.add(worker, key)
         try:
             yield
         finally:
@@ -127,13 +111,11 @@ class Quiet:
                     pass
 
     @contextmanager
-    def __call__(self, device: str = "") -> Iterator[None]:
-        """A device times (``device``: which one, so its own loads stop too)."""
+    def __call__(self) -> Iterator[None]:
+        """A device times."""
         with self.lock:
             before = set(self._held(self.workers))
             self.depth += 1
-            if device:
-                self.device_depth[device] += 1
             self._signal(signal.SIGSTOP, [w for w in self._held(self.workers) if w not in before])
         try:
             yield
@@ -141,8 +123,6 @@ class Quiet:
             with self.lock:
                 before = set(self._held(self.workers))
                 self.depth -= 1
-                if device:
-                    self.device_depth[device] -= 1
                 self._signal(signal.SIGCONT, [w for w in before if w not in self._held(self.workers)])
 
 
@@ -164,14 +144,8 @@ def _warm_slot(device: str) -> threading.Semaphore:
         return _WARM_SLOTS.setdefault(device, threading.Semaphore(2))
 
 
-def _quieted(worker: WorkerProcess, config: EvalConfig, key: str = "") -> AbstractContextManager[None]:
-    """A build worker, stopped while a device times (unless the config lets builds go on beside it, or a
-    waiting device lets its ``key`` go, Quiet.letting_go)."""
-    return QUIET.holding(worker, key, pause=not config.builds_beside_timing)
-
-
 def _build_cores(config: EvalConfig) -> tuple[int, ...]:
-    """A GPU's host: builds keep off the devices' timed cores (cores.spare_cores)."""
+    """A GPU's host: builds keep off the devices' timed cores (sandbox.spare_cores)."""
     return tuple(sorted(spare_cores() or ())) if config.is_cuda else ()
 
 
@@ -184,7 +158,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     compiles on its first ``forward``: ~30 of CUDA-L1's H100 programs) gets step 2: constructed on the
     GPU and called once, two such warm-ups per device at a time. Their kernels run beside the timing of
     another candidate, a brief load on the device; without it each of those programs compiled for
-    13-85 s on the timed path with the device idle (docs/gpu-runs.md#2026-11-22-two-gpus). A program
+    13-85 s on the timed path with the device idle. A program
     that calls ``torch.compile`` (the compile baselines) is one of those: its step 2 fills the inductor
     and Triton caches of its source's folder, which the timed worker and its re-checks read."""
     root = Path(tempfile.mkdtemp(prefix="cudal1-build-"))
@@ -203,7 +177,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
         (work / "reference.py").write_text(problem.source)
         # Step 1 may be let go while a device times, when a device waits for it; step 2 runs on a GPU,
         # which the other device may be timing on: it stays stopped then.
-        with WorkerProcess(spec, work, "build") as worker, _quieted(worker, config, candidate.sha256):
+        with WorkerProcess(spec, work, "build") as worker, QUIET.holding(worker, candidate.sha256):
             reply = load_candidate(worker, 0, config, build_only=True)
         if not reply.get("ok"):
             return str(reply.get("error", "failed"))
@@ -211,8 +185,7 @@ def prebuild(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
             return ""
         warm_spec = WorkerSpec(config.device, config.cpu_threads, 0, flush_l2=False, nice=19,
                                extensions_dir=ext_dir, fd_transport=False, cores=_build_cores(config))
-        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, \
-                _quieted(worker, config):
+        with _warm_slot(config.device), WorkerProcess(warm_spec, work, "warm") as worker, QUIET.holding(worker):
             reply = load_candidate(worker, 0, config)  # as the timed worker loads: its caches are filled
             if reply.get("ok"):
                 reply = worker.call({"cmd": "warm", "seed": new_seed()}, config.build_timeout_s + config.run_timeout_s)
@@ -258,7 +231,7 @@ def prebuilt(problem: Problem, candidate: Candidate, config: EvalConfig, extensi
     workers of warm runs of 53 programs, every build cached, took 127-150 s of wall (pauses included)
     importing and constructing them, beside the loads, and ran the first-call warm-ups on the GPUs again.
     A folder holding a build whose ninja deps log is damaged is not prebuilt: its timed load would compile
-    again (ninja_logs.py), so the prebuild mends it off the timed path."""
+    again (toolchain.damaged), so the prebuild mends it off the timed path."""
     marker = _marker(candidate, extensions_root)
     folder = extensions_folder(extensions_root, candidate)
     try:
@@ -290,7 +263,7 @@ class _Compile:
 def wants_header(candidates: Iterable[Candidate], config: EvalConfig) -> bool:
     """Whether a batch compiles the precompiled torch header: on a GPU host, for enough extension builds
     to make up its own compile. On a CPU device the timing would pause it most of the time."""
-    return config.is_cuda and len({c.sha256 for c in candidates if mentions_builds(c.source)}) >= pch.MIN_BUILDS
+    return config.is_cuda and len({c.sha256 for c in candidates if mentions_builds(c.source)}) >= toolchain.MIN_BUILDS
 
 
 def header_beside(executor: Executor, candidates: Iterable[Candidate], extensions_root: Path,
@@ -305,7 +278,7 @@ def header_beside(executor: Executor, candidates: Iterable[Candidate], extension
 
 
 def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.Event | None = None) -> tuple[str, float]:
-    """The precompiled torch header of the batch's builds (cudal1.evaluator.pch), compiled once in a
+    """The precompiled torch header of the batch's builds (cudal1.evaluator.toolchain), compiled once in a
     process of its own as a build is: at nice 19, on the build cores, paused while a device times.
     Returns (what happened or the error, wall seconds); a failure only costs the builds their speed-up.
     Once ``stop`` is set the compile is killed and its half-written header removed: no build is left to
@@ -314,19 +287,18 @@ def prebuild_header(extensions_root: Path, config: EvalConfig, stop: threading.E
     t0 = time.perf_counter()
     cores = _build_cores(config)
     # Priority and cores are set by the process itself (a preexec_fn is unsafe in this threaded parent).
-    argv = [sys.executable, "-m", "cudal1.evaluator.pch", str(extensions_root), "--nice", "19",
+    argv = [sys.executable, "-m", "cudal1.evaluator.toolchain", str(extensions_root), "--nice", "19",
             *(["--cores", ",".join(map(str, cores))] if cores else [])]
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [repo_root(), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     handle = _Compile(proc.pid)
-    if not config.builds_beside_timing:
-        QUIET.add(handle)
+    QUIET.add(handle)
     try:
         out, ended = _until(proc, config.build_timeout_s, stop)
     finally:
         QUIET.discard(handle)
-    lines = [line for line in (out or "").strip().splitlines() if not line.startswith(pch.SCRATCH_LINE)]
+    lines = [line for line in (out or "").strip().splitlines() if not line.startswith(toolchain.SCRATCH_LINE)]
     if ended is not None:
         message = ended
     elif proc.returncode == 0 and lines:
@@ -353,8 +325,8 @@ def _until(proc: subprocess.Popen[str], timeout_s: float, stop: threading.Event 
         os.killpg(proc.pid, signal.SIGKILL)  # a compile paused by QUIET dies as well
         out = proc.communicate()[0] or ""
         for line in out.splitlines():
-            if line.startswith(pch.SCRATCH_LINE):
-                shutil.rmtree(line[len(pch.SCRATCH_LINE):], ignore_errors=True)
+            if line.startswith(toolchain.SCRATCH_LINE):
+                shutil.rmtree(line[len(toolchain.SCRATCH_LINE):], ignore_errors=True)
         return out, why
 
 

@@ -11,8 +11,9 @@ from typing import Any
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator.config import STRICT_FLOAT32, EvalConfig
 from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.references import ReferenceSession
 from cudal1.evaluator.transport import TransportError
-from cudal1.evaluator.workers import ReferenceSession, receive_payload
+from cudal1.evaluator.workers import receive_payload
 from cudal1.problems import Problem
 
 
@@ -35,12 +36,12 @@ class Run:
     device_draws: bool = False  # both workers draw timed inputs with the harness's kernels (device_draws.py)
     warmed: bool = False  # its first call was made while loading ahead (core.load_candidate's first_call)
     # A re-measurement's earlier measurements, (speedup, low, high) each: its trials stop once its interval
-    # agrees with one of them (EvalConfig.recheck_early, trials._pairs); empty for a first measurement
+    # agrees with one of them (trials._pairs); empty for a first measurement
     agree_with: tuple[tuple[float, float, float], ...] = ()
     # Shares of the window the candidate's process spent on the CPU while idle (the reference's warm-up, and
     # its batch where the candidate was not stopped), for the trials over the limit (trials._check_idle)
     idle_work: list[float] = field(default_factory=list)
-    # each trial's wait for the device, where the candidate's stopped process kept it busy (idle_device.py)
+    # each trial's wait for the device, where the candidate's stopped process kept it busy (timed.IdleDevice)
     device_waits: list[float] = field(default_factory=list)
     # Per-trial timing details, kept when CUDAL1_TIMING_TRACE is set (diagnosing noise; off by default)
     trace: list[dict[str, Any]] | None = field(

@@ -5,7 +5,7 @@ variant returns. L1-13 times float32 ``matmul`` against its float16 autocast pat
 keeps the faster; the float16 path's output is incorrect. Which path wins depends on the host and the
 device at that moment, and the processes of one run tend to see the same moment: on one H200 its first
 process and three confirmations under fresh weights all took the float32 path in two runs of seven, and all
-four passed (docs/gpu-runs.md#2026-11-29-confirm-clock). More processes ask the same question again.
+four passed. More processes ask the same question again.
 
 So a confirmation answers it differently on purpose: every read of the program's clock advances that
 clock by a jump on top of the real time, and the jumps change with each read. Under ``first`` each jump is

@@ -98,8 +98,7 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig, ch
         o = flat_o[lo:lo + chunk].to(torch.float64)
         r_finite, o_finite = torch.isfinite(r), torch.isfinite(o)
         # An all-finite chunk's figures and its count of non-finite elements in one device read (one sync,
-        # not seven: the parent's comparisons were 14% of the device loop's samples in an RL reward call,
-        # docs/gpu-runs.md#2026-12-02-static-verdicts).
+        # not seven: the parent's comparisons were a seventh of an RL reward call's device loop).
         nonfinite, *figures = _read([(~(r_finite & o_finite)).sum().to(torch.float64), *_figures(r, o, atol, rtol)],
                                     one_read)
         if nonfinite:  # NaN/Inf must sit where the reference's do and equal them; the rest is compared as usual
@@ -117,9 +116,15 @@ def _compare_tensor(ref: torch.Tensor, out: torch.Tensor, config: EvalConfig, ch
         diff_sq, ref_sq, outside = diff_sq + figures[3], ref_sq + figures[4], outside + int(figures[5])
     if finite_n == 0:
         return Comparison(True)
+    return _verdict(config.rel_l2_for(dtype), atol, rtol, finite_n, outside, max_abs, scaled, used, diff_sq, ref_sq)
+
+
+def _verdict(limit: float, atol: float, rtol: float, finite_n: int, outside: int, max_abs: float, scaled: float,
+             used: float, diff_sq: float, ref_sq: float) -> Comparison:
+    """The comparison of a tensor's finite elements from their accumulated figures: elementwise (``outside``
+    the tolerance), then the relative L2 error against ``limit``."""
     ref_norm = math.sqrt(ref_sq)
     rel_l2 = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else math.inf)
-    limit = config.rel_l2_for(dtype)
     if ref_norm > 0 and limit > 0:
         used = max(used, rel_l2 / limit)
     if outside:

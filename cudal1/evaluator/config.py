@@ -19,150 +19,125 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 # evaluator rejects lowered precision, the reproduction's strict column uses it as atol = rtol).
 STRICT_FLOAT32 = DEFAULT_TOLERANCES["float32"][0]
 # A pass that used more than this share of its tolerance is flagged ``tolerance_edge`` (compare.Comparison's
-# tolerance_used): L2-43's program passed twice at 0.77 and failed once on 3 of 262,144 elements
-# (docs/gpu-runs.md#2026-11-25-h200-two-gpus); L2-27's passed at a relative L2 error of 0.92-0.96 of its
-# limit and failed at 1.12-1.21 (docs/gpu-runs.md#2026-11-26-two-gpu-sample).
+# tolerance_used): programs that passed at 0.77-0.96 of their limit failed other draws or other weights.
 EDGE = 0.5
+# Settings that were once fields of EvalConfig and are now fixed: kept in measurement_dict() with their
+# values, so the config hash (the key of results files and resumable batches) is what it was.
+_SETTLED: dict[str, Any] = {"clock": "host", "device_draws": True, "fast_core": 0, "quiet_candidate": True,
+                            "recheck_early": True}
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """How a candidate is checked and timed. Every field changes the config hash, so a batch re-run
-    with another protocol never reuses measurements taken under this one."""
+    """How a candidate is checked and timed (the evaluation protocol). Every field but the device and the
+    bounds changes the config hash, so a batch re-run under another protocol never reuses measurements
+    taken under this one. params.yaml sets these under each stage's ``protocol:``."""
 
-    device: str = "cpu"  # "cpu" or "cuda:N"
+    # Where both programs run: "cpu" or "cuda:N". A batch on several devices sets it per device; it is not
+    # in the hash (each evaluation records the device's product name beside it).
+    device: str = "cpu"
+
     # --- correctness
-    correctness_trials: int = 5  # fresh, unpredictable seeds each; one trial reuses the previous buffers
-    edge_trials: int = 15  # more correctness trials for a program that passed using over EDGE of its tolerance
-    # Fresh sets of weights (a new init seed, new processes) a pass near its tolerance (flag tolerance_edge)
-    # must pass under too, correctness only (recheck.confirm). L2-27's error follows its weights: 0.87-0.97
-    # of its limit in the runs it passed, 1.03-1.29 in those it failed, the same to 0.05% in a fresh process
-    # on the same weights; 7 of 15 runs passed. At 3, a program like it is kept in about 5% of runs, so two
-    # runs disagree on it about one time in ten, against one in two unconfirmed (docs/evaluator.md, "A pass
-    # near its tolerance is confirmed"). 0: none.
+
+    # Correctness trials before timing, each on inputs drawn from a fresh seed the candidate cannot predict
+    # (the second copies its inputs into the first trial's buffers: same addresses, new contents). More
+    # trials catch rarer wrong outputs. At least 1.
+    correctness_trials: int = 5
+    # More correctness trials for a program that passed using more than half its tolerance (EDGE): a program
+    # that fails one draw in five then fails at least one of 20 with 99% probability. 0: none.
+    edge_trials: int = 15
+    # Fresh sets of weights (a new init seed, new worker processes) under which a pass near its tolerance
+    # (flag tolerance_edge) is checked again, correctness only; a failure under any is its verdict. Whether
+    # such a program passes can depend on its weights, so more sets make its verdict repeat between runs.
+    # 0: none.
     confirm_edge: int = 3
-    # Confirmations of a pass by a program that reads the clock (flag reads_clock), in turn under clocks that
-    # make its first-timed, then its last-timed variant win its own timing (clock_skew.py, recheck.confirm).
-    # L1-13 returns float16 when its float16 path wins its race: 36 of 76 committed GPU evaluations passed,
-    # and three more processes with true clocks mostly race as the first did (two runs of seven passed).
-    # 2 sees both ends of each comparison it makes; 0 leaves the verdict to the first process.
+    # Confirmations of a pass by a program that reads the clock (flag reads_clock), in fresh processes under
+    # clocks that make its first-timed, then its last-timed variant win its own timing race
+    # (cudal1/evaluator/clock_skew.py): a program that would pick a wrong path on another host fails here.
+    # 2 sees both ends of each race; 0 leaves the verdict to the first process.
     confirm_clock: int = 2
-    tolerance: float | None = None  # overrides atol = rtol for every dtype (CUDA-L1 published: 1e-2)
+    # One tolerance for every output dtype, as atol = rtol (CUDA-L1 published at 1e-2); None: the per-dtype
+    # ``tolerances``.
+    tolerance: float | None = None
+    # (atol, rtol) by output dtype, where ``tolerance`` is None (DEFAULT_TOLERANCES).
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Scale-aware check: ||out - ref|| / ||ref|| must stay under this, so zeros or a constant cannot pass
-    # when the reference's values are smaller than atol. None disables; default follows the tolerance.
+    # where the reference's values are smaller than atol. None: the larger of the dtype's atol and rtol.
     rel_l2_tolerance: float | None = None
+
     # --- timing
+
+    # Time the programs after they pass; False gives verdicts of correctness only (no speedup).
     timing: bool = True
+    # Untimed calls of each program before the calibration batch that sets the calls per trial (every
+    # trial's batch has its own untimed call besides).
     warmup_iters: int = 3
-    timing_trials: int = 5  # paired reference/candidate trials in random order, at least; the median is reported
-    target_trial_ms: float = 40.0  # calls per trial chosen so a trial lasts about this long; every call
-    # gets inputs generated for it alone (on the device), so no cache of earlier contents can hit
-    min_iters: int = 3
-    max_iters: int = 200
-    # Adaptive: after timing_trials, trials are added one at a time until the 95% confidence interval
-    # of the median speedup lies within ci_target of it (relative half-width), up to
-    # timing_trials * (remeasure + 1) trials or max_timing_s seconds of timing, whichever comes first.
-    ci_target: float | None = None  # None: 2% on CUDA; 10% on a shared CPU, whose noise less would only chase
+    # Paired trials at least, the reference and the candidate in random order, each a batch of calls on
+    # fresh inputs; the median of the trials' speedups is reported, with its 95% confidence interval.
+    timing_trials: int = 5
+    # Milliseconds a trial's batch should last: the calls per trial are set from the calibration batch to
+    # about this, within min_iters..max_iters. Longer batches smooth a small kernel's noise and cost time.
+    target_trial_ms: float = 40.0
+    min_iters: int = 3  # the fewest calls in a trial's batch
+    max_iters: int = 200  # the most calls in a trial's batch
+    # After timing_trials, trials are added one at a time until the 95% confidence interval of the median
+    # speedup lies within this relative half-width of it (0.02: within 2%), up to timing_trials *
+    # (remeasure + 1) trials or max_timing_s of timing, whichever comes first. None: 2% on CUDA, 10% on a
+    # CPU (a shared CPU's noise would only make a tighter target cost its ceiling every time).
+    ci_target: float | None = None
+    # Rounds of timing_trials the added trials may reach beyond the first (the ceiling above); 0: exactly
+    # timing_trials trials.
     remeasure: int = 2
+    # Seconds of timing after which no trial is added (the first timing_trials are always timed).
     max_timing_s: float = 5.0
-    max_spread: float = 0.15  # an interval wider than this (relative to the median) is flagged "noisy"
-    spot_checks_per_trial: int = 1  # full outputs compared to the reference inside the timed loop...
-    spot_check_trials: int = 2  # ...in this many randomly chosen trials (every call is fingerprinted anyway)
-    flush_l2: bool = True  # CUDA only: overwrite a buffer larger than L2 before every timed call
-    # CUDA only: each timed call's inputs and L2 flush replayed as one captured graph (cudal1/evaluator/
-    # graphed.py), checked bit-identical to the eager draws at load (tests/gpu passed with it on the H100,
-    # docs/gpu-runs.md#2026-11-25-graph); the eager path stays wherever the graph cannot stand in.
-    graph_inputs: bool = True
-    # CUDA only: the timed calls' random inputs drawn by the harness's own kernels from a counter the
-    # device advances (cudal1/evaluator/device_draws.py), so a graph replay needs no refill of torch's
-    # generator state: same distributions as get_inputs (checked at load), not the same bits, so it is
-    # part of the measurement's hash. Off, or where nvcc cannot compile them, torch's generators draw.
-    device_draws: bool = True
-    # A batch's candidates get ready ahead. One loaded ahead makes its first call there (fresh inputs,
-    # output discarded; a failure is the load's), so lazy kernel loading, a cached torch.compile's tracing
-    # and library handles are paid beside another candidate's checks, not in its own first correctness
-    # trial: on the H100 the programs' and compile baselines' correctness phases took 0.29-0.44 s (medians)
-    # longer than the same rows' CUDA-graph baselines. A torch.compile program's worker makes torch.compile's
-    # own start (Inductor's imports, a stand-in compile) when it starts, on cores no device times on, not
-    # in its load: timing waits for loads, and the pools' waits were almost all such loads
-    # (docs/evaluator.md, "Where an evaluation's time goes").
-    warm_ahead: bool = True
-    # Builds (their own workers and compilers, at the lowest priority, on the cores no device times on)
-    # go on while a device times, instead of pausing (builds.Quiet). Off: 13 builds beside the timing once
-    # made two runs of the same rows differ by a median 3.2% (on any core, then). On two GPUs the pause
-    # holds builds back whenever either device times, and the devices then wait for builds.
-    builds_beside_timing: bool = False
-    # Loads ahead (the coming candidates' and references' workers) stopped while their device times, as
-    # builds are, instead of timing waiting for them to finish. Measured on the whole release on an H100
-    # (docs/gpu-runs.md#2026-11-26-release-pause-loads): the waits before timing went from 120 s to 1.5 s,
-    # and each row's wait for its own load from 40 s to 100 s; the evaluations summed to about the same.
-    # The loads take their time either way; stopped, they also sit on device memory longer. Off.
-    pause_loads: bool = False
-    # A program that tunes itself by timing (it sets torch.backends.cudnn.benchmark or reads a clock: the
-    # static flags in static.SELF_TUNING) makes its first call alone on its device, once the loads ahead
-    # are done and builds paused, right before its correctness trials, not among the loads ahead, where
-    # other programs' first calls share the GPU while it times its choices. On a quarter of the H100
-    # release, three warm runs each way on one H100: L1-60 (cuDNN benchmark) read 3.19-3.24x tuned alone,
-    # as in the cold run (3.27x), against 2.19-2.36x tuned among the loads ahead (its candidate 3.1 ms
-    # against 4.2-4.6 ms); the runs' walls were the same (147.5-160.5 s against 150.8-157.3 s), the tuned
-    # first calls 11-13 s a run (docs/gpu-runs.md#2026-11-27-tune-alone).
-    tune_alone: bool = True
-    # A worker's load prepares the reference's inputs (the reference's import, the inputs plan and its
-    # check, the harness's draws and their check, the input graph) on the cores no device times on, and
-    # moves back to its device's timed core before any program code runs. On that one core the
-    # preparation queued behind the other loads ahead and the timed candidate's checks, and timing waits
-    # for the loads ahead. On every fifth release row on an H200 the preparation went from 0.50 to 0.25 s a
-    # load and the correctness trials beside it from 7.0 to 4.7 s (docs/gpu-runs.md#2026-11-28-spare-prep).
-    spare_prep: bool = True
-    # Record only: the timed workers read the host's pace (pace.py's probe) right before each timed call,
-    # outside its time, and each evaluation records the speedup over the calls read at the host's fast
-    # level beside the one over every call (extra["call_pace"], pace.fast_figure); nothing is decided by
-    # it. The pace switches between two levels 1.6x apart in spells of tens of ms, inside one batch: on
-    # eight launch-bound release rows the fast calls' figures of evaluations 1 s apart agreed to 3.9%
-    # where every call's disagreed by 25.7% (docs/gpu-runs.md#2026-11-29-pace-spells).
-    call_pace: bool = False
-    # On CUDA, before each timed call the timed worker reads the host's pace on its core and moves, at most
-    # this many times, to the next of its device's cores (cores.hop_cores) until one reads at the fast
-    # level (cores.CoreHop); 0 leaves every call on the timed core. The host's cores switch between two
-    # levels 1.6x apart each on its own, and a launch-bound call follows its core's level
-    # (docs/gpu-runs.md#2026-11-29-call-pace-release). Both programs of a pair move alike; every call counts.
-    # Off: the call right after a move ran 1.18-1.60x slower on an H200 host (docs/gpu-runs.md#2026-11-29-move-cost).
-    fast_core: int = 0
-    # What times a call on CUDA: "host", the host's clock between the two device-wide syncs around the
-    # forward; "events", CUDA events recorded around them, which add their own record latency to every
-    # call (~20 us on the H100 host). A CPU device always uses the host's clock.
-    clock: str = "host"
-    cpu_threads: int = 1  # intra-op threads for both processes on CPU (same for reference and candidate)
-    # While the reference's batch is timed the candidate's process is stopped (SIGSTOP, after a device-wide
-    # sync in it; SIGCONT after the batch): no thread it left behind can take the core both share or put
-    # work on the device the reference is timed on (trials.py, docs/evaluator.md).
-    quiet_candidate: bool = True
-    # Reject when the candidate claims to save more time than the parent's own wall clock saw.
+    # An interval wider than this, relative to the median, is flagged "noisy" (the figure is still reported).
+    max_spread: float = 0.15
+    # Timed calls whose full outputs are compared to the reference's, chosen at random in each of
+    # spot_check_trials random trials (every timed call is also fingerprinted and checked).
+    spot_checks_per_trial: int = 1
+    spot_check_trials: int = 2  # trials that get spot_checks_per_trial full comparisons
+    # CUDA only: overwrite a buffer larger than the L2 cache before every timed call, so no call finds the
+    # previous one's data cached. Off only to study cache effects.
+    flush_l2: bool = True
+    # Intra-op threads of both programs' processes, the same for each. At 1 on a CPU device each problem's
+    # two workers share one core, so a busy neighbour slows both alike.
+    cpu_threads: int = 1
+    # A candidate whose own clock claims a saving the parent's wall clock around its batches did not see is
+    # rejected: the excess must pass this share of the reference's timed work (and 5 ms, and the noise of
+    # the untimed work), consistently, twice. Lower catches smaller forgeries and risks honest programs on a
+    # busy host.
     wallclock_slack: float = 0.5
-    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process (on the
-    # same device, which waits for it: see recheck.recheck) and rejected if the two disagree: here, when the
-    # faster one's interval lies above the slower one's by more than recheck_tolerance (CUDA-L1 compared two
-    # single figures).
+    # CUDA-L1's safeguard: a speedup above this is measured again, the candidate in a fresh process on the
+    # same device, and rejected where the measurements do not agree (recheck_tolerance). None: no
+    # re-measurement.
     recheck_above: float | None = 3.0
-    recheck_tolerance: float | None = None  # None: 5% beyond the intervals on CUDA, 50% on a shared CPU
-    # Measurements at most: 2 is CUDA-L1's rule (reject on the first disagreement); with 3 a third one
-    # settles a disagreement, and the slowest of them is kept.
+    # How far apart two measurements may lie and still agree: the faster one's interval may start at most
+    # this share above the end of the slower one's. None: 5% on CUDA, 50% on a CPU.
+    recheck_tolerance: float | None = None
+    # Measurements at most, the first included: 2 is CUDA-L1's rule (reject on the first disagreement);
+    # with 3 a third settles a disagreement, and the slowest agreeing figure is kept. At least 2.
     recheck_measurements: int = 3
-    # A re-measurement stops its trials (after timing_trials) as soon as its interval agrees with an earlier
-    # measurement's, instead of timing on to the interval target or the ceiling: the question it is timed for
-    # is answered, and the slowest agreeing figure is kept either way, so a lucky first figure still never
-    # counts. Over the whole release on an H200 the time past each row's kept evaluation fell from 128.6 to
-    # 116.7 s cold and from 111.8 to 102.3 s warm (docs/evaluator.md, "A re-measurement stops once it agrees").
-    recheck_early: bool = True
-    # --- bounds
-    build_timeout_s: float = 600.0  # exec of the module plus its extension builds
-    load_timeout_s: float = 120.0  # constructing ModelNew after the build
-    run_timeout_s: float = 120.0  # one command (a correctness trial, a timing trial)
-    memory_limit_mb: int = 8192  # CPU device only: RLIMIT_AS of a worker (CUDA needs a huge VA space)
+
+    # --- bounds (not in the hash: they decide when to give up, not what is measured)
+
+    # Seconds for a program's import and its extension builds (a cold CUDA build can take minutes).
+    build_timeout_s: float = 600.0
+    # Seconds for a worker's start, and for constructing the model after its build.
+    load_timeout_s: float = 120.0
+    # Seconds for one command: a correctness trial, a timed batch.
+    run_timeout_s: float = 120.0
+    # CPU device only: the address-space limit (RLIMIT_AS) of each worker, MB; 0: none. Not applied on CUDA,
+    # whose context reserves a huge virtual address space.
+    memory_limit_mb: int = 8192
+
     # --- static policy
+
+    # Check each candidate's source before anything runs: a syntax error or a refused construct is settled
+    # with no worker started. Off only to test the defences that run later.
     static_checks: bool = True
-    degenerate_policy: str = "flag"  # "flag" or "reject": reference output constant across seeds
+    # A reference whose output does not depend on its inputs (anything constant would pass): "flag" the
+    # evaluation (degenerate_problem) or "reject" it.
+    degenerate_policy: str = "flag"
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
@@ -190,8 +165,6 @@ class EvalConfig:
             raise ValueError(f"min_iters={self.min_iters} > max_iters={self.max_iters}: lower min_iters")
         if self.tolerance is not None and not (0 < self.tolerance < 1):
             raise ValueError(f"tolerance={self.tolerance}: pass a number in (0, 1), e.g. 1e-2")
-        if self.clock not in ("host", "events"):
-            raise ValueError(f"clock={self.clock!r}: use 'host' or 'events'")
         if self.degenerate_policy not in ("flag", "reject"):
             raise ValueError(f"degenerate_policy={self.degenerate_policy!r}: use 'flag' or 'reject'")
         for name in ("build_timeout_s", "load_timeout_s", "run_timeout_s"):
@@ -226,13 +199,8 @@ class EvalConfig:
 
     def measurement_dict(self) -> dict[str, Any]:
         """The fields that decide a measurement (bounds and the device index are excluded)."""
-        # graph_inputs and warm_ahead change how the harness makes the same (bit-identical) inputs and
-        # when a program's unchecked warm-up call runs (the timed batches have their own), not what is measured;
-        # call_pace adds a record beside the figures, outside the calls' time
-        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb", "graph_inputs",
-                "warm_ahead", "builds_beside_timing", "pause_loads", "tune_alone", "spare_prep",
-                "call_pace"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        skip = {"device", "build_timeout_s", "load_timeout_s", "run_timeout_s", "memory_limit_mb"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip} | _SETTLED
 
     @property
     def hash(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from cudal1.candidates import HARNESS_FAILED, Candidate, Evaluation, Status
-from cudal1.evaluator import reaping
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.bindings import binding_problems
 from cudal1.evaluator.checks import (
     Run,
@@ -30,25 +30,15 @@ from cudal1.evaluator.checks import (
     check_precision,
     check_reply,
 )
-from cudal1.evaluator.closing import close_worker
 from cudal1.evaluator.compare import compare_outputs, inputs_unchanged, outputs_equal
 from cudal1.evaluator.config import EDGE, EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess
+from cudal1.evaluator.references import ReferenceSession, close_worker
 from cudal1.evaluator.static import STATIC_KEY, tunes_itself
 from cudal1.evaluator.static import summary as static_summary
 from cudal1.evaluator.timing import calls_per_trial  # noqa: F401 - re-exported: callers import it from core
 from cudal1.evaluator.trials import measure
-from cudal1.evaluator.workers import (  # noqa: F401 - re-exported: callers import these from core
-    ReferenceError,
-    ReferenceSession,
-    compare_device,
-    default_extensions_root,
-    device_name,
-    draws_path,
-    module_file,
-    new_seed,
-    prepare_candidate_worker,
-)
+from cudal1.evaluator.workers import device_name, draws_path, module_file, new_seed, prepare_candidate_worker
 from cudal1.problems import Problem
 
 # A reference record up to this size is fetched one trial ahead, while the candidate runs the trial before,
@@ -65,8 +55,8 @@ def _correctness(run: Run) -> int:
     cfg = run.config
     seeds = [new_seed() for _ in range(max(cfg.correctness_trials, 2))]
     # One record at a time when records are large: a KernelBench record can hold 16 GB (L1-38/39: 8 GB in,
-    # 8 GB out), and the parent holding several beside both workers' copies ran an 80 GB H100 out of memory
-    # (docs/gpu-runs.md#2026-11-23-parent-oom). Small ones (RECORD_AHEAD_BYTES) come a trial ahead.
+    # 8 GB out), and the parent holding several beside both workers' copies ran an 80 GB H100 out of memory.
+    # Small ones (RECORD_AHEAD_BYTES) come a trial ahead.
     if run.reference.stateful:
         # The output depends on earlier calls (an RNN's hidden state kept in self): the reference starts
         # fresh, as the candidate's new worker does, and each of its records is one call, in trial order.
@@ -113,7 +103,7 @@ def _correctness(run: Run) -> int:
             if k == cfg.correctness_trials and run.tolerance_used > EDGE and cfg.edge_trials:
                 # Passed near its tolerance: another draw of inputs may fail it, so its verdict would not
                 # repeat between runs (L2-27 and L2-43 changed verdict between the release's cold and warm
-                # runs, docs/gpu-runs.md#2026-11-26-release-records-ahead). More draws decide it: a program
+                # runs). More draws decide it: a program
                 # that fails one draw in five fails at least one of twenty with 99% probability.
                 total += cfg.edge_trials
                 seeds += [new_seed() for _ in range(cfg.edge_trials)]
@@ -162,7 +152,7 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     which no GPU worker can use). The GPU warm-up step loads as the timed worker does, so the caches the
     timed worker reads (the stand-in's included) are filled.
 
-    ``first_call`` (a batch's loads ahead, EvalConfig.warm_ahead): the program is then called once on
+    ``first_call`` (a batch's loads ahead): the program is then called once on
     fresh inputs, nothing sent back, so what its first call costs (CUDA's lazy kernel loading, a cached
     torch.compile's tracing, library handles) is paid while another candidate is checked instead of in
     this one's first correctness trial. A failure of that call is the load's: a program that cannot
@@ -176,10 +166,8 @@ def load_candidate(worker: WorkerProcess, init_seed: int, config: EvalConfig, *,
     t1 = time.perf_counter()
     reply = worker.call({"cmd": "load", "role": "candidate", "reference_path": str(worker.workdir / "reference.py"),
                          "candidate_path": str(worker.workdir / "candidate.py"), "init_seed": init_seed,
-                         "module_file": module_file(worker), "graph_inputs": config.graph_inputs,
-                         "device_draws": draws_path(config) if not build_only else None,
-                         "build_only": build_only, "spare_prep": config.spare_prep,  # build_only: no plan, so no graph
-                         "clock_skew": clock_skew},
+                         "module_file": module_file(worker), "device_draws": draws_path(config) if not build_only else None,
+                         "build_only": build_only, "clock_skew": clock_skew},  # build_only: no plan, so no graph
                         config.build_timeout_s + config.load_timeout_s)
     # Where a load's wall goes (a batch's timing waits for its loads ahead): the worker's start, the load
     reply |= {"ready_wait_s": round(t1 - t0, 3), "load_cmd_s": round(time.perf_counter() - t1, 3)}
@@ -201,7 +189,7 @@ def _first_call(worker: WorkerProcess, config: EvalConfig, *, release: bool) -> 
 
 
 def _first_call_alone(run: Run, quiet: Callable[[], AbstractContextManager[Any]]) -> tuple[float, float, Any]:
-    """A program that tunes itself by timing makes its first call alone on its device (EvalConfig.tune_alone):
+    """A program that tunes itself by timing makes its first call alone on its device:
     inside the batch's quiet context, once the loads ahead are done and with builds paused, so what it
     times is not shared with other programs' first calls. A failure is the program's, as in its first
     correctness trial; what the call did to the process is checked as a load's is. Returns the wait for
@@ -268,7 +256,7 @@ def evaluate_candidate(
     the program clocks that decide its own timing races (cudal1/evaluator/clock_skew.py). ``agree_with``
     (a re-measurement's, recheck.recheck): the earlier measurements its trials may stop on agreeing with."""
     started = time.perf_counter()
-    reaping.reap_on_term()  # a caller's main thread (the benchmarks call this alone): SIGTERM takes the workers along
+    sandbox.reap_on_term()  # a caller's main thread (evaluate-one): SIGTERM takes the workers along
     base = _base(problem, candidate, config)
     static_flags: tuple[str, ...] = ()
     if config.static_checks:
@@ -283,65 +271,10 @@ def evaluate_candidate(
     reference = reference or ReferenceSession(problem, config)
     worker = prepared or prepare_candidate_worker(problem, candidate, config, extensions_root)
     run = Run(problem, candidate, config, reference, worker, set(static_flags), agree_with=agree_with)
-    result = base
-    build_error = ""
     try:
-        reply = loaded.result() if loaded is not None else \
-            load_candidate(worker, reference.init_seed, config, clock_skew=clock_skew)
-        check_reply(reply, "load")
-        check_integrity(reply, run)
-        if reply.get("graphed") and reference.graphed:
-            run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
-        # Both programs are timed on the harness kernels' draws, or both on torch's (the same inputs either way)
-        run.device_draws = bool(reply.get("device_draws")) and reference.device_draws
-        if run.device_draws:
-            run.flags.add("device_draws")
-        result = replace(result, build_s=reply.get("build_s"))
-        run.warmed = reply.get("first_call_s") is not None
-        # Kept whatever the verdict: where the first call's cost and torch.compile's start went
-        ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s", "import_s", "prep_s")
-                 if reply.get(k) is not None}
-        # a cached build done again (ninja's reason), a damaged ninja log removed before a build (extensions.py)
-        builds = reply.get("builds") or {}
-        ready |= {f"cache_{key}": builds[key] for key in ("rebuilt", "healed") if builds.get(key)}
-        result = replace(result, extra=ready)
-        build_error = builds.get("first_error")
-        tuned_wait, tuned_for = 0.0, None
-        if config.tune_alone and quiet is not None and not run.warmed and tunes_itself(static_flags):
-            tuned_wait, tuned_s, tuned_for = _first_call_alone(run, quiet)
-            result = replace(result, extra=result.extra | {"tuned_first_call_s": round(tuned_s, 3)})
-        phase = time.perf_counter()
-        trials = _correctness(run)
-        result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
-                         extra=result.extra | {"max_scaled_error": run.max_scaled,
-                                               "tolerance_used": round(run.tolerance_used, 4), "load_s": round(phase - started, 3),
-                                               "correctness_s": round(time.perf_counter() - phase, 3)})
-        if config.timing:
-            phase = time.perf_counter()
-            with quiet() if quiet is not None else nullcontext() as waited_for:
-                # The wait for the loads running ahead (a neighbour's work, see schedule.quiet_after) is
-                # booked apart, so a slow neighbour does not show up as this candidate's timing.
-                waited = time.perf_counter() - phase
-                measured, extra = measure(run)
-            if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
-                extra["waited_for"] = waited_for
-            elif tuned_wait >= 1.0 and tuned_for:  # the loads ahead were waited for before the first call alone
-                extra["waited_for"] = tuned_for
-            extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
-            extra["wait_s"] = round(waited + tuned_wait, 3)
-            result = replace(result, speedup=measured.speedup, speedup_low=measured.low,
-                             speedup_high=measured.high, reference_ms=measured.reference_ms,
-                             candidate_ms=measured.candidate_ms, spread=measured.spread, trials=measured.trials,
-                             extra=result.extra | extra)
-    except Verdict as verdict:
-        result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None, speedup_low=None,
-                         speedup_high=None,
-                         **{k: v for k, v in verdict.extra.items() if k in ("max_abs_error", "max_rel_l2_error")})
-    except WorkerFailure as failure:
-        result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None,
-                         speedup_low=None, speedup_high=None)
+        result, build_error = _evaluate(run, base, started, loaded, quiet, clock_skew, static_flags)
     finally:
-        # beside the device loop within a batch (closing.CLOSER): the next timing on this device waits for it
+        # beside the device loop within a batch (references.CLOSER): the next timing on this device waits for it
         close_worker(worker)
         if own_reference:
             reference.close()
@@ -353,3 +286,77 @@ def evaluate_candidate(
     return replace(result, flags=tuple(sorted(run.flags)), eval_s=time.perf_counter() - started)
 
 
+def _evaluate(run: Run, result: Evaluation, started: float, loaded: Future[dict[str, Any]] | None,
+              quiet: Callable[[], AbstractContextManager[Any]] | None, clock_skew: str | None,
+              static_flags: tuple[str, ...]) -> tuple[Evaluation, str]:
+    """The candidate's load, correctness trials and timing on its worker: ``result`` with what each found,
+    or with the verdict that ended them (what was recorded before it kept), and the compiler's first error
+    where a build of the program failed ('' otherwise)."""
+    config = run.config
+    build_error = ""
+    try:
+        reply = loaded.result() if loaded is not None else \
+            load_candidate(run.worker, run.reference.init_seed, config, clock_skew=clock_skew)
+        check_reply(reply, "load")
+        check_integrity(reply, run)
+        result = _loaded(run, result, reply)
+        build_error = (reply.get("builds") or {}).get("first_error") or ""
+        tuned_wait, tuned_for = 0.0, None
+        if quiet is not None and not run.warmed and tunes_itself(static_flags):
+            tuned_wait, tuned_s, tuned_for = _first_call_alone(run, quiet)
+            result = replace(result, extra=result.extra | {"tuned_first_call_s": round(tuned_s, 3)})
+        phase = time.perf_counter()
+        trials = _correctness(run)
+        result = replace(result, correctness_trials=trials, max_abs_error=run.max_abs, max_rel_l2_error=run.max_rel,
+                         extra=result.extra | {"max_scaled_error": run.max_scaled,
+                                               "tolerance_used": round(run.tolerance_used, 4),
+                                               "load_s": round(phase - started, 3),
+                                               "correctness_s": round(time.perf_counter() - phase, 3)})
+        if config.timing:
+            result = _timed(run, result, quiet, tuned_wait, tuned_for)
+    except Verdict as verdict:
+        result = replace(result, status=verdict.status, reason=verdict.reason, speedup=None, speedup_low=None,
+                         speedup_high=None,
+                         **{k: v for k, v in verdict.extra.items() if k in ("max_abs_error", "max_rel_l2_error")})
+    except WorkerFailure as failure:
+        result = replace(result, status=Status(failure.kind), reason=failure.message, speedup=None,
+                         speedup_low=None, speedup_high=None)
+    return result, build_error
+
+
+def _loaded(run: Run, result: Evaluation, reply: dict[str, Any]) -> Evaluation:
+    """``result`` with what the candidate's load said: its build's seconds, where the first call's cost and
+    torch.compile's start went, a cached build done again or a damaged ninja log mended (kept whatever the
+    verdict); which inputs both programs are timed on (``run``'s flags)."""
+    if reply.get("graphed") and run.reference.graphed:
+        run.flags.add("graphed_inputs")  # both programs timed on inputs from the captured graph
+    # Both programs are timed on the harness kernels' draws, or both on torch's (the same inputs either way)
+    run.device_draws = bool(reply.get("device_draws")) and run.reference.device_draws
+    if run.device_draws:
+        run.flags.add("device_draws")
+    run.warmed = reply.get("first_call_s") is not None
+    ready = {k: reply[k] for k in ("first_call_s", "compile_start", "ready_wait_s", "load_cmd_s", "import_s", "prep_s")
+             if reply.get(k) is not None}
+    builds = reply.get("builds") or {}
+    ready |= {f"cache_{key}": builds[key] for key in ("rebuilt", "healed") if builds.get(key)}
+    return replace(result, build_s=reply.get("build_s"), extra=ready)
+
+
+def _timed(run: Run, result: Evaluation, quiet: Callable[[], AbstractContextManager[Any]] | None,
+           tuned_wait: float, tuned_for: str | None) -> Evaluation:
+    """``result`` with the timing's figures, measured inside ``quiet`` (trials.measure)."""
+    phase = time.perf_counter()
+    with quiet() if quiet is not None else nullcontext() as waited_for:
+        # The wait for the loads running ahead (a neighbour's work, see schedule.quiet_after) is
+        # booked apart, so a slow neighbour does not show up as this candidate's timing.
+        waited = time.perf_counter() - phase
+        measured, extra = measure(run)
+    if waited >= 1.0 and waited_for:  # a label from schedule.quiet_after; None without a batch
+        extra["waited_for"] = waited_for
+    elif tuned_wait >= 1.0 and tuned_for:  # the loads ahead were waited for before the first call alone
+        extra["waited_for"] = tuned_for
+    extra["timing_s"] = round(time.perf_counter() - phase - waited, 3)
+    extra["wait_s"] = round(waited + tuned_wait, 3)
+    return replace(result, speedup=measured.speedup, speedup_low=measured.low, speedup_high=measured.high,
+                   reference_ms=measured.reference_ms, candidate_ms=measured.candidate_ms, spread=measured.spread,
+                   trials=measured.trials, extra=result.extra | extra)

@@ -2,9 +2,8 @@
 device: a captured graph of them needs no host work per call but its launch.
 
 Why: a graph that draws through torch's generators makes torch refill the generator's seed and offset
-on the device before every replay, two small launches (each 5-25 us of the host's time on an H100 host,
-docs/benchmarks/release-h100.md, "What is left of the per-call overhead"), beside a kernel of a few
-microseconds. Here the inputs of a batch's call ``i`` are Philox draws keyed by the batch's seed, with
+on the device before every replay, two small launches (each 5-25 us of the host's time on an H100 host),
+beside a kernel of a few microseconds. Here the inputs of a batch's call ``i`` are Philox draws keyed by the batch's seed, with
 ``i`` in the counter. The graph's first node advances the call counter itself and makes the previous
 call's staging copy (from a slot of pinned memory the host writes): per call the host launches the graph
 and nothing else.
@@ -38,8 +37,6 @@ from typing import Any
 
 import torch
 
-from cudal1.evaluator.inputs import follow_offset
-
 SOURCE = Path(__file__).with_name("draws.cu")
 # A100, RTX 3090, L40, H100/H20 as machine code; later devices JIT-compile the PTX of the last
 ARCHS = ("80", "86", "89", "90")
@@ -52,6 +49,15 @@ SUMS_BLOCKS_PER_SM = 16
 _built: dict[Path, Future[Path | None]] = {}
 _lock = threading.Lock()
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudal1-draws")
+
+
+def follow_offset(default: torch.Generator | None, seed: int, offset: int) -> None:
+    """As :func:`cudal1.evaluator.inputs.follow_state`, for draws that did not come from a torch generator: the default generator
+    left at ``seed`` and the offset ``get_inputs()``'s draws reach (recorded once at load)."""
+    if default is None:
+        return
+    default.manual_seed(seed)
+    default.set_offset(offset)
 
 
 def nvcc() -> str | None:
@@ -94,7 +100,7 @@ def flags(archs: tuple[str, ...] = ARCHS) -> list[str]:
 
 def prefetch(root: Path) -> None:
     """Start compiling in the background, so a worker's start hides it: on a fresh H100 host the first
-    ``evaluate-one`` waited about 4 s for the five targets of ARCHS (docs/gpu-runs.md#2026-11-26-device-draws);
+    ``evaluate-one`` waited about 4 s for the five targets of ARCHS;
     only this machine's are compiled now."""
     with _lock:
         if root not in _built:
@@ -226,7 +232,7 @@ class DeviceDraws:
         (fingerprints.Fingerprints._weights), in one pass accumulated in float64."""
         m, n = x.shape
         # 16 blocks per SM over all rows: 0.252 ms on 64M float32 values against 0.340 ms at 4 per SM, the
-        # same sums within 1.3e-15 relative (docs/gpu-runs.md#2026-12-02-batch-profile)
+        # same sums within 1.3e-15 relative
         chunks = max(1, min((n + THREADS - 1) // THREADS, (SUMS_BLOCKS_PER_SM * self.sms + m - 1) // m))
         partials = torch.empty((m, chunks, 4), dtype=torch.float64, device=self.device)
         self._launch(self.sums_fn, chunks, [ctypes.c_void_p(x.data_ptr()), ctypes.c_int(_DTYPES[x.dtype]),
@@ -319,7 +325,7 @@ def check(draws: list[Draw], ours: list[torch.Tensor], theirs: list[torch.Tensor
 
 class Counted:
     """A plan's draws made by the kernels: one call's inputs eagerly (:meth:`inputs`), or captured with
-    the L2 flush as one graph (``graphed.capture_counted``). The device's default generator is left where
+    the L2 flush as one graph (``inputs.capture_counted``). The device's default generator is left where
     ``get_inputs()`` leaves it (the seed, and the offset its draws reach), as with torch's draws."""
 
     def __init__(self, kernels: DeviceDraws, plan: Any, draws: list[Draw], offset: int,

@@ -7,7 +7,7 @@ Its jobs:
   then warmed up on the GPU by a build worker instead of compiling on the timed path.
 - **Remember failed builds.** Many released programs try to compile an extension, catch the failure and
   fall back to PyTorch. A build that fails leaves nothing in torch's cache, so every fresh worker
-  compiled it again for 12-17 s just to fail (measured on the H100, docs/gpu-runs.md#2026-11-22-cold-warm). A failure
+  compiled it again for 12-17 s just to fail. A failure
   of a given build (same name, sources and flags) is written next to the candidate's builds and raised
   again at once by later calls, with the original message: the program takes the same fallback, sooner.
   Only compiler failures are remembered (torch's "Error building extension"), never a timeout or a
@@ -15,27 +15,27 @@ Its jobs:
 
 - **Say why a cached build was done again.** A build whose folder already holds its module should load
   it in a second; on one H200 L1-32's loaded in 57-75 s, cold and warm, where every earlier run loaded it
-  in 0.4-3.4 s (docs/gpu-runs.md#2026-11-28-idle-device), and the device waited behind that load. Before
+  in 0.4-3.4 s, and the device waited behind that load. Before
   such a call ninja is asked, in a dry run, what it would redo and why; after it, whether the module
   was written again; a call of ``SLOW_LOAD_S`` or more that wrote nothing says so (and whether torch's
   lock file was there before it), and one whose folder held no module says that. The answer is the
   load's ``builds.rebuilt`` (the evaluation's ``cache_rebuilt``).
 
 - **Mend a damaged build log.** A folder whose ninja dependency log two ninjas wrote at once makes every
-  later build compile again, for good (ninja_logs.py). Before a build call the log is read; a damaged one
+  later build compile again, for good (toolchain.damaged). Before a build call the log is read; a damaged one
   is removed, so this build compiles once and writes it afresh (the load's ``builds.healed``, the
   evaluation's ``cache_healed``).
 
 - **Name builds the same in every process.** Some programs name their extension after the process
   (``name=f"masked_cumsum_{os.getpid()}"``: L1-65, L1-93, L1-96, L2-47 of CUDA-L1's H100 release), so
   torch's cache, keyed by name, missed in every fresh worker and each load compiled again, 30-70 s on
-  the H100 host, warm cache or not (docs/gpu-runs.md#2026-11-25-release-210). The process id in a name
+  the H100 host, warm cache or not. The process id in a name
   becomes ``pid`` (and the old name in the inline sources, where a program wrote it into its own
   module declaration, becomes the new one): the build is the same, its name no longer depends on
   which worker asks.
 
 The cache folder belongs to one candidate (its source hash), so a program can only poison its own
-entries. This module imports torch, the standard library and ninja_logs only: the worker imports it.
+entries. This module imports torch, the standard library and toolchain only: the worker imports it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudal1.evaluator import ninja_logs
+from cudal1.evaluator import toolchain
 
 FAILED = ".cudal1-failed-builds"
 SLOW_LOAD_S = 5.0  # a cached module loads in well under a second; a load this long is recorded
@@ -214,7 +214,7 @@ class CachedBuild:
         try:
             dry = subprocess.run(["ninja", "-C", str(folder), "-n", "-d", "explain"], capture_output=True, text=True,
                                  timeout=10)
-            # both streams: the workers' fail-fast ninja (failfast.py) passes ninja's stderr on its stdout; its
+            # both streams: the workers' fail-fast ninja (toolchain.py) passes ninja's stderr on its stdout; its
             # warnings too ("build log version is too old; starting over": another ninja built it, and every
             # command is done again)
             explained = "" if "no work to do" in dry.stdout else "; ".join(
@@ -258,7 +258,7 @@ def _wrap(original: Any, kind: str, log: BuildLog, folder: Path | None) -> Any:
             log.cached.append(message)
             raise RuntimeError(message)
         where = build_folder(args, kwargs)
-        if where is not None and (why := ninja_logs.heal(where)):
+        if where is not None and (why := toolchain.heal(where)):
             log.healed.append(f"{where.name}: {why}")
         cached = CachedBuild.before(where)
         try:

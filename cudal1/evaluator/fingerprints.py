@@ -125,7 +125,7 @@ class Fingerprints:
         """Queue the copy of a call's outputs into their staging rows; :meth:`record` follows. ``defer``:
         a single output already in its staging dtype and memory order on this device is not copied here;
         its (source, destination, bytes) is returned for the next graph replay's first node
-        (graphed.CountedInputs), which the caller launches before anything else touches the output.
+        (inputs.CountedInputs), which the caller launches before anything else touches the output.
         ``seed`` (the call's, as :meth:`record` gets it): outputs too large to stage twice are summed by
         the harness's kernel where they lie, queued now, instead of copied and summed (:meth:`_in_place`)."""
         call = len(self.numels)
@@ -177,7 +177,7 @@ class Fingerprints:
         """Sum this call's outputs where they lie, when a staging buffer would hold one call only (each
         output then was copied, and its copy summed, before the next call): the same sums, bit for bit, from
         the same point of the stream, without the copy, which took 23.6 ms of L1-87's 115 ms timed batch on
-        an H200 (docs/gpu-runs.md#2026-12-02-batch-profile). Only on the harness's kernel, for outputs of the
+        an H200. Only on the harness's kernel, for outputs of the
         four float dtypes it reads, dense in memory order."""
         entries = [entry for entry in layout if entry is not None]
         if (self.kernels is None or not entries or 2 * _call_bytes(entries) <= self.stage_bytes

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from cudal1.evaluator.cores import spare_cores
+from cudal1.evaluator.sandbox import spare_cores
 
 _SERVERS: dict[tuple[tuple[str, str], ...], ForkServer | None] = {}
 _LOCK = threading.Lock()
@@ -150,7 +150,7 @@ def fork_worker(start_env: dict[str, str], env: dict[str, str], argv: list[str],
                 fds: list[int], nice: int = 0, groups: list[int] | None = None) -> ForkedProcess | None:
     """Fork a worker from the server of ``start_env``: ``fds`` = [log, then the descriptors ``argv``
     names as {0}, {1}, ...]; ``env`` is the worker's whole environment; with ``uid``, ``groups`` are its
-    only groups besides its own (folders.py), and it makes files group-writable. None: start it
+    only groups besides its own (sandbox.py), and it makes files group-writable. None: start it
     another way."""
     if not enabled():
         return None

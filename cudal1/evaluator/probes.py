@@ -166,7 +166,7 @@ def warm_kernels(device: torch.device) -> None:
     """Launch the harness's own device work once (fingerprint batches of each float dtype, the flush's
     zeroing), before any program code: CUDA loads a kernel's module on its first launch, and a fresh
     worker paid that inside its first timed command, 77 ms against 2.3 ms once launched at its start
-    (median of nine fresh workers on an H100, benchmarks/first_batch.py)."""
+    (median of nine fresh workers on an H100)."""
     if device.type != "cuda":
         return
     x = torch.ones(4, 6, device=device)

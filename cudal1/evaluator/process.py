@@ -4,14 +4,12 @@ and kill the whole process group when a call overruns or the worker is done."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import secrets
 import selectors
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -19,29 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal1.evaluator import reaping
-from cudal1.evaluator.failfast import first_on_path
-from cudal1.evaluator.folders import SHARED_UMASK, candidate_group, take_tree
+from cudal1.evaluator import sandbox
 from cudal1.evaluator.forking import ForkedProcess, fork_worker, start_fork_server
-from cudal1.evaluator.pch import cpath
-from cudal1.evaluator.procfs import TABLE, process_info
+from cudal1.evaluator.sandbox import (
+    SHARED_UMASK,
+    TABLE,
+    candidate_group,
+    fresh_uid,
+    process_info,
+    reaches_state,
+    repo_root,
+    take_tree,
+)
+from cudal1.evaluator.toolchain import cpath, first_on_path
 
 # How long the parent waits for a worker to fall asleep before reading its CPU (WorkerProcess.wait_asleep):
 # well above the 2.4 ms the longest honest wake-up took on the 2-core CPU machine
 SETTLE_S = 0.010
-
-def _reaches_state(pid: int, states: tuple[str, ...], timeout_s: float) -> bool:
-    """Poll /proc until the process shows one of ``states``; False when it did not in time, is gone (or a
-    zombie), or /proc is absent."""
-    deadline = time.monotonic() + timeout_s
-    while (info := process_info(pid)) is not None and info.state not in ("Z", "X"):
-        if info.state in states:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.00005)
-    return False
-
 
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -73,7 +65,7 @@ def base_env(threads: int) -> dict[str, str]:
         "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
         "MALLOC_TRIM_THRESHOLD_": str(2**31),
     })
-    # torch's extension builds run a ninja that stops at the first failed compile (failfast.py)
+    # torch's extension builds run a ninja that stops at the first failed compile (toolchain.py)
     if (path := first_on_path(env.get("PATH"))) is not None:
         env["PATH"] = path
     return env
@@ -81,7 +73,7 @@ def base_env(threads: int) -> dict[str, str]:
 
 def prestart_fork_server(threads: int = 1) -> None:
     """Start the fork server that workers of ``threads`` threads will be forked from, before this process
-    imports torch: the server's own ``import torch`` (about 2 s on the H100 hosts, docs/gpu-runs.md#2026-11-27-batch-start)
+    imports torch: the server's own ``import torch`` (about 2 s on the H100 hosts)
     then runs beside the parent's instead of after it. For one-shot commands (``cudal1 evaluate-one``);
     where the environment changes before the first worker, that worker gets a server of its own, as
     without this."""
@@ -119,41 +111,56 @@ class WorkerSpec:
     cores: tuple[int, ...] = ()  # a build worker's cores on a GPU's host: those no device times on
 
 
-@functools.cache
-def sandbox_available() -> bool:
-    """True when the parent is root and an unprivileged uid can run this interpreter and this package
-    (every ancestor directory traversable by others). `make setup` makes it so on a root machine."""
-    if os.geteuid() != 0:
-        return False
-    paths = {Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix), Path(repo_root())}
-    for path in paths:
-        for part in [path, *path.parents]:
-            try:
-                mode = part.stat().st_mode
-            except OSError:
-                return False
-            if part.is_dir() and not mode & stat.S_IXOTH:
-                return False
-    return True
-
-
-def _fresh_uid() -> int | None:
-    """A uid no other process has. Run as that uid, a worker cannot signal the parent or the reference
-    worker, read their files, or hide a forked child: everything it starts carries the uid."""
-    if not sandbox_available():
-        return None
-    return 200_000 + secrets.randbelow(1 << 30)
-
-
-def repo_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
+
+
+def worker_env(spec: WorkerSpec, workdir: Path) -> dict[str, str]:
+    """A worker's whole environment: :func:`base_env`, its own directory for temporary files and caches, and
+    its candidate's build folder (extensions, torch.compile's caches) where it has one."""
+    env = base_env(spec.threads)
+    env.update({
+        "TMPDIR": str(workdir),
+        "HOME": str(workdir),  # caches (inductor, triton) land in the worker's own directory
+        "USER": "cudal1-sandbox",  # getpass.getuser() works for a uid without a passwd entry
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
+        "TRITON_CACHE_DIR": str(workdir / "triton"),
+    })
+    if spec.hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    if spec.extensions_dir is not None:
+        spec.extensions_dir.mkdir(parents=True, exist_ok=True)
+        # A build killed at its timeout leaves torch's lock file behind, and every later build of the
+        # same source would wait on it forever. A candidate's builds are done before its workers
+        # start (schedule.submit_builds); a second worker of it (sandbox.py) finds them built.
+        for stale in spec.extensions_dir.glob("*/lock"):
+            stale.unlink(missing_ok=True)
+        env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
+        # GCC finds the precompiled torch/extension.h of the extensions root first (toolchain.py)
+        env["CPATH"] = cpath(spec.extensions_dir.parent, os.environ.get("CPATH"))
+        # torch.compile's caches beside the extensions, keyed by the same source hash: the build worker's
+        # warm-up fills them, the timed worker and its re-checks hit them. Only the same source ever
+        # reads what a program wrote there, as for its extensions.
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(spec.extensions_dir / "inductor")
+        env["TRITON_CACHE_DIR"] = str(spec.extensions_dir / "triton")
+    return env
+
+
+def worker_options(spec: WorkerSpec) -> list[str]:
+    """The worker's command-line options (worker_main), its descriptors aside."""
+    options = ["--device", spec.device, "--threads", str(spec.threads), "--memory-limit-mb", str(spec.memory_limit_mb)]
+    if not spec.flush_l2:
+        options.append("--no-flush-l2")
+    if spec.core is not None:
+        options += ["--core", str(spec.core)]
+    if spec.warm_compile:
+        options.append("--warm-compile")
+    if spec.cores:
+        options += ["--cores", ",".join(map(str, spec.cores))]
+    return options
 
 
 class WorkerProcess:
@@ -165,7 +172,7 @@ class WorkerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.name = name
         self.log_path = workdir / f"{name}.log"
-        self.uid = _fresh_uid() if spec.sandbox_user else None
+        self.uid = fresh_uid() if spec.sandbox_user else None
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         # CUDA workers hand device memory to the parent as file descriptors (cudal1.evaluator.transport).
@@ -173,80 +180,54 @@ class WorkerProcess:
         child_sock: socket.socket | None = None
         if spec.device.startswith("cuda") and not spec.hide_gpus and spec.fd_transport:
             self.fd_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = base_env(spec.threads)
-        env.update({
-            "TMPDIR": str(workdir),
-            "HOME": str(workdir),  # caches (inductor, triton) land in the worker's own directory
-            "USER": "cudal1-sandbox",  # getpass.getuser() works for a uid without a passwd entry
-            "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
-            "TRITON_CACHE_DIR": str(workdir / "triton"),
-        })
-        if spec.hide_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        if spec.extensions_dir is not None:
-            spec.extensions_dir.mkdir(parents=True, exist_ok=True)
-            # A build killed at its timeout leaves torch's lock file behind, and every later build of the
-            # same source would wait on it forever. A candidate's builds are done before its workers
-            # start (schedule.submit_builds); a second worker of it (folders.py) finds them built.
-            for stale in spec.extensions_dir.glob("*/lock"):
-                stale.unlink(missing_ok=True)
-            env["TORCH_EXTENSIONS_DIR"] = str(spec.extensions_dir)
-            # GCC finds the precompiled torch/extension.h of the extensions root first (cudal1.evaluator.pch)
-            env["CPATH"] = cpath(spec.extensions_dir.parent, os.environ.get("CPATH"))
-            # torch.compile's caches beside the extensions, keyed by the same source hash: the build worker's
-            # warm-up fills them, the timed worker and its re-checks hit them. Only the same source ever
-            # reads what a program wrote there, as for its extensions.
-            env["TORCHINDUCTOR_CACHE_DIR"] = str(spec.extensions_dir / "inductor")
-            env["TRITON_CACHE_DIR"] = str(spec.extensions_dir / "triton")
+        env = worker_env(spec, workdir)
         self._log = open(self.log_path, "wb")
-        sandbox: dict[str, object] = {}
-        self.groups: list[int] = []
-        if self.uid is not None:
-            take_tree(workdir, self.uid)
-            if spec.extensions_dir is not None:
-                # shared with the candidate's other workers (a re-check's twin), see folders.py
-                self.groups = [candidate_group(spec.extensions_dir)]
-                take_tree(spec.extensions_dir, self.uid, self.groups[0])
-            sandbox = {"user": self.uid, "group": self.uid, "extra_groups": self.groups,
-                       "umask": SHARED_UMASK if self.groups else -1}
-        options = ["--device", spec.device, "--threads", str(spec.threads), "--memory-limit-mb", str(spec.memory_limit_mb)]
-        if not spec.flush_l2:
-            options.append("--no-flush-l2")
-        if spec.core is not None:
-            options += ["--core", str(spec.core)]
-        if spec.warm_compile:
-            options.append("--warm-compile")
-        if spec.cores:
-            options += ["--cores", ",".join(map(str, spec.cores))]
-        pass_fds = [cmd_r, rep_w]
-        fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}"]  # a forked worker's descriptors, numbered there
-        if child_sock is not None:
-            pass_fds.append(child_sock.fileno())
-            fd_options += ["--fd-sock", "{2}"]
-        argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options), *options]
-        # Forked from a server that has torch imported (cudal1.evaluator.zygote), else started afresh.
-        forked = fork_worker(_server_env(env), env, [*fd_options, *options],
-                             str(workdir), self.uid, [self._log.fileno(), *pass_fds], spec.nice, self.groups)
-        self.proc: subprocess.Popen | ForkedProcess
-        if forked is not None:
-            self.proc = forked
-        else:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=workdir, env=env,
-                pass_fds=pass_fds, start_new_session=True, **sandbox,  # type: ignore[arg-type]
-            )
-            if spec.nice:
-                # Set before the first command, so the compilers it later starts inherit the priority.
-                os.setpriority(os.PRIO_PROCESS, self.proc.pid, spec.nice)
+        as_user = self._take_folders()
+        pass_fds = [cmd_r, rep_w, *([child_sock.fileno()] if child_sock is not None else [])]
+        self.proc: subprocess.Popen | ForkedProcess = self._start(env, as_user, pass_fds)
         os.close(cmd_r)
         os.close(rep_w)
         if child_sock is not None:
             child_sock.close()
-        # Its age: no process older than it can be one it started (procfs.ProcessTable). 0 reads every process.
+        # Its age: no process older than it can be one it started (sandbox.ProcessTable). 0 reads every process.
         self.started_tick = info.start if (info := process_info(self.pid)) is not None else 0
         self._buffer = b""
         self._ready: bool = False
-        reaping.track(self)  # killed with what it started if the parent gets SIGTERM (reaping.reap_on_term)
+        sandbox.track(self)  # killed with what it started if the parent gets SIGTERM (sandbox.reap_on_term)
+
+    def _take_folders(self) -> dict[str, object]:
+        """As a fresh uid, the worker's directory becomes its own and its candidate's build folder is shared
+        with the candidate's other workers (a re-check's twin, see sandbox.py); returns the user and groups
+        it is started as (none where it runs as this process's user)."""
+        self.groups: list[int] = []
+        if self.uid is None:
+            return {}
+        take_tree(self.workdir, self.uid)
+        if self.spec.extensions_dir is not None:
+            self.groups = [candidate_group(self.spec.extensions_dir)]
+            take_tree(self.spec.extensions_dir, self.uid, self.groups[0])
+        return {"user": self.uid, "group": self.uid, "extra_groups": self.groups,
+                "umask": SHARED_UMASK if self.groups else -1}
+
+    def _start(self, env: dict[str, str], as_user: dict[str, object], pass_fds: list[int]
+               ) -> subprocess.Popen | ForkedProcess:
+        """The worker's process: forked from a server that has torch imported (cudal1.evaluator.zygote), else
+        started afresh. ``pass_fds``: its command and reply pipes' ends, and its descriptor socket's."""
+        options = worker_options(self.spec)
+        # a forked worker's descriptors, numbered there
+        fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}", *(["--fd-sock", "{2}"] if len(pass_fds) > 2 else [])]
+        forked = fork_worker(_server_env(env), env, [*fd_options, *options], str(self.workdir), self.uid,
+                             [self._log.fileno(), *pass_fds], self.spec.nice, self.groups)
+        if forked is not None:
+            return forked
+        argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options),
+                *options]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=self.workdir,
+                                env=env, pass_fds=pass_fds, start_new_session=True, **as_user)  # type: ignore[arg-type]
+        if self.spec.nice:
+            # Set before the first command, so the compilers it later starts inherit the priority.
+            os.setpriority(os.PRIO_PROCESS, proc.pid, self.spec.nice)
+        return proc
 
     @property
     def pid(self) -> int:
@@ -342,7 +323,7 @@ class WorkerProcess:
     def stray_processes(self) -> list[int]:
         """Processes the worker started: its session, its children, and (sandboxed) anything with its uid,
         which also finds a double-forked child that left the session with setsid(). Of the host's processes,
-        those that may be its (procfs.ProcessTable: none older than it is)."""
+        those that may be its (sandbox.ProcessTable: none older than it is)."""
         return [p.pid for p in TABLE.candidates(self.started_tick, self.uid) if p.pid != self.pid and p.state != "Z"
                 and (p.session == self.pid or p.ppid == self.pid or (self.uid is not None and p.uid == self.uid))]
 
@@ -359,7 +340,7 @@ class WorkerProcess:
         """Wait until /proc shows the worker stopped. A worker that stops itself after a reply gets there
         microseconds after the parent reads it (later on a busy host), and a SIGCONT sent before that would
         be lost, leaving it stopped for good. False when it did not stop in time, is gone, or /proc is absent."""
-        return _reaches_state(self.pid, ("T", "t"), timeout_s)
+        return reaches_state(self.pid, ("T", "t"), timeout_s)
 
     def wait_asleep(self, timeout_s: float = SETTLE_S) -> bool:
         """Wait until /proc shows the worker's main thread asleep (its wait for the next command). A worker
@@ -368,7 +349,7 @@ class WorkerProcess:
         a thread running (docs/evaluator.md, "An honest program rejected for its own wake-up"). Bounded: a
         worker kept from its wait (a thread holding the GIL) is read as it is, and its CPU counts. False when
         it did not fall asleep in time, is gone, or /proc is absent."""
-        return _reaches_state(self.pid, ("S",), timeout_s)
+        return reaches_state(self.pid, ("S",), timeout_s)
 
     def kill(self) -> None:
         try:
@@ -387,7 +368,7 @@ class WorkerProcess:
             pass
 
     def close(self) -> None:
-        reaping.forget(self)
+        sandbox.forget(self)
         if self.proc.poll() is None:
             try:
                 os.write(self._cmd_w, b'{"cmd": "exit"}\n')

@@ -1,8 +1,10 @@
-"""CUDA-L1's re-measurement of a large speedup, and what a batch gets ready for it: where the results
-history says a candidate's speedup was above ``recheck_above`` before, a second worker of it starts and
-loads ahead with the coming candidates (:class:`Twins`), so the re-measurement does not wait for a fresh
-process's start and load on the device's critical path. Also the evaluations a batch records for its
-harness's own failures."""
+"""What follows a first measurement before anyone is shown it (:func:`evaluate_guarded`, one evaluation as
+a batch records it): CUDA-L1's re-measurement of a large speedup (:func:`recheck`), and the confirmations
+of a pass near its tolerance or by a program that reads the clock (:func:`confirm`). What a batch gets ready
+for a re-measurement: where the results history says a candidate's speedup was above ``recheck_above``
+before, a second worker of it starts and loads ahead with the coming candidates (:class:`Twins`), so the
+re-measurement does not wait for a fresh process's start and load on the device's critical path. Also the
+evaluations a batch records for its harness's own failures."""
 
 from __future__ import annotations
 
@@ -12,15 +14,17 @@ from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from cudal1.candidates import HARNESS_FAILED, REFERENCE_FAILED, Candidate, Evaluation, Status
 from cudal1.evaluator.clock_skew import SKEWS
-from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.core import ReferenceSession, device_name, evaluate_candidate
+from cudal1.evaluator.core import evaluate_candidate
 from cudal1.evaluator.process import WorkerProcess
+from cudal1.evaluator.references import CLOSER, ReferenceError, ReferenceSession
 from cudal1.evaluator.schedule import Ahead, Coming, quiet_after
 from cudal1.evaluator.timing import agreeing_pair, interval_of
+from cudal1.evaluator.workers import device_name, release_cache
 from cudal1.problems import Problem
 
 
@@ -40,7 +44,7 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     decides at once); the slowest agreeing measurement is kept, so a lucky one never counts. Where no two
     of three agree, a program that was above ``recheck_above`` under every measurement is kept at its
     slowest (flag ``recheck_unsteady``): it is fast each time, only not steady; any other is rejected. A
-    re-measurement's trials stop once its interval agrees with an earlier one's (``recheck_early``, flag
+    re-measurement's trials stop once its interval agrees with an earlier one's (flag
     ``agreed_early``; each measurement's trials and whether it stopped so in ``recheck_trials`` and
     ``recheck_agreed_early``).
 
@@ -48,7 +52,7 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     device's own timing, and both figures were the worse for it). The candidate loads again in a fresh
     worker; the reference is the batch's own ``session`` (trusted code, no candidate process can reach
     it): a fresh reference worker cost every re-measurement a reference load and twice its device memory
-    (L2-34 ran out of memory on an H100, docs/gpu-runs.md#2026-11-26-release-failfast). ``ready``: a second
+    (a large problem ran out of memory so). ``ready``: a second
     worker of the candidate that started and loaded ahead (:class:`Twins`), used by the first
     re-measurement; it ran no timed call and never met the first measurement's process."""
     measured, kept, device = [first], first, config.device
@@ -59,10 +63,9 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
         nonlocal ready
         prepared = {} if ready is None else {"prepared": ready.worker, "loaded": ready.loaded}
         ready = None  # one use: later measurements, and a retry, get a fresh worker
-        # its trials stop once it agrees with an earlier one (EvalConfig.recheck_early): that is all it asks
-        earlier = tuple(intervals) if config.recheck_early else ()
+        # its trials stop once it agrees with an earlier one: that is all it asks
         return evaluate_candidate(problem, candidate, config, reference=session, extensions_root=ext_root,
-                                  quiet=quiet_after([], device), agree_with=earlier, **prepared)
+                                  quiet=quiet_after([], device), agree_with=tuple(intervals), **prepared)
 
     for _ in range(config.recheck_measurements - 1):
         second = _fresh(measure, session)
@@ -78,15 +81,23 @@ def recheck(first: Evaluation, problem: Problem, candidate: Candidate, config: E
         intervals = [interval_of(e) for e in measured]
         if agreed := agreeing_pair(intervals, config.recheck_limit):
             break
+    return _rechecked(first, kept, measured, agreed, ahead_used, config)
+
+
+def _rechecked(first: Evaluation, kept: Evaluation, measured: list[Evaluation], agreed: bool, ahead_used: bool,
+               config: EvalConfig) -> Evaluation:
+    """The re-check's verdict on ``measured`` (the first measurement and its re-measurements, ``kept`` the
+    slowest of them), with their record."""
+    device, intervals = config.device, [interval_of(e) for e in measured]
     speedups = [e.speedup for e in measured]
     record = {"recheck_device": device, "recheck_speedup": speedups[1], "recheck_speedups": speedups,
               "recheck_intervals": [list(i[1:]) for i in intervals], "recheck_ahead": ahead_used,
               "recheck_trials": [e.trials for e in measured],
               "recheck_agreed_early": ["agreed_early" in e.flags for e in measured]}
-    # Fast under every measurement, though no two agree (L2-83 on an H100: 74.75x, 51.76x, 60.62x, all
+    # Fast under every measurement, though no two agree (one program read 74.75x, 51.76x and 60.62x, all
     # apart): kept at the slowest, flagged. Rejected, a program punished for being fast; kept at the
-    # slowest, no measurement counts that another did not beat (docs/gpu-runs.md#2026-11-27-twin-folders).
-    # Three or more measurements: with two (recheck_measurements=2, CUDA-L1's rule) a disagreement rejects.
+    # slowest, no measurement counts that another did not beat. Three or more measurements: with two
+    # (recheck_measurements=2, CUDA-L1's rule) a disagreement rejects.
     fast_each_time = len(measured) > 2 and config.recheck_above is not None and \
         all((e.speedup or 0.0) > config.recheck_above for e in measured)
     if not agreed and not fast_each_time:
@@ -105,7 +116,7 @@ def _fresh(measure: Callable[[], Evaluation], session: ReferenceSession) -> Eval
     """A measurement of the candidate in a fresh worker. Out of device memory, once more with the reference
     worker restarted: its cached memory (its model, inputs, graphs) sat beside the fresh candidate, and a
     restart gives all of it back; it loads again on its next use. The workers still closing on the device
-    (closing.py) have given theirs back by then too."""
+    (references.CLOSER) have given theirs back by then too."""
     result = measure()
     if out_of_memory(result):
         CLOSER.wait()
@@ -199,7 +210,7 @@ def expected_rechecks(history: Iterable[Evaluation], config: EvalConfig) -> set[
     """The source hashes of the candidates whose re-check the history foretells: an earlier evaluation of
     theirs (any protocol) was re-checked or read above ``recheck_above``, and none ran short of device
     memory. A release run's re-checked rows cost two to three evaluations each, a fresh worker's start
-    and load (0.5-3 s on an H100) among them (docs/gpu-runs.md#2026-11-26-two-gpu-prebuilt)."""
+    and load (0.5-3 s on an H100) among them."""
     if config.recheck_above is None or not config.timing:
         return set()
     history = list(history)
@@ -256,3 +267,25 @@ def reference_failed(problem: Problem, c: Candidate, cfg: EvalConfig, message: s
     return Evaluation(problem.problem_id, c.candidate_id, Status.RUNTIME_ERROR, reason=f"{prefix}: {message}",
                       flags=(flag,), device=cfg.device, device_name=device_name(cfg.device),
                       config_hash=cfg.hash, problem_sha256=problem.sha256, candidate_sha256=c.sha256)
+
+
+def evaluate_guarded(problem: Problem, c: Candidate, cfg: EvalConfig, session: ReferenceSession, ext_root: Path,
+                     ready: Callable[[], Ahead[WorkerProcess] | None] = lambda: None, **kwargs: Any) -> Evaluation:
+    """One evaluation as a batch records it: re-checked when its speedup is large, confirmed when it passed
+    near its tolerance or reads the clock, and never raising: a failure of the reference or of the harness
+    itself (e.g. the parent out of device memory) is recorded against the harness, never the candidate,
+    and the batch goes on. ``ready`` hands over a second worker of the candidate loaded ahead for its
+    re-check (:class:`Twins`), taken only when one is made."""
+    try:
+        result = evaluate_candidate(problem, c, cfg, reference=session, extensions_root=ext_root, **kwargs)
+        if needs_recheck(result, cfg):
+            result = recheck(result, problem, c, cfg, ext_root, session, ready())
+        if needs_confirmation(result, cfg):  # a re-checked pass still meets clocks that decide its races
+            result = confirm(result, problem, c, cfg, ext_root, session)
+    except ReferenceError as exc:
+        result = reference_failed(problem, c, cfg, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the harness's own failure
+        result = reference_failed(problem, c, cfg, f"{type(exc).__name__}: {exc}", HARNESS_FAILED)
+    finally:
+        release_cache(cfg)
+    return result

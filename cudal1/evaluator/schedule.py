@@ -19,9 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.builds import QUIET, timed_prebuild
-from cudal1.evaluator.closing import CLOSER, close_worker
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.extensions import mentions_builds, mentions_compile
+from cudal1.evaluator.references import CLOSER, close_worker
 from cudal1.evaluator.static import STATIC_KEY, screen
 from cudal1.problems import Problem
 
@@ -37,7 +37,7 @@ class Groups:
     builds are done) is timed while others still compile, instead of the device idling behind a build."""
 
     # A device that has waited this long for any group's builds says so, and again as often: a stall
-    # behind builds (6 minutes of the reproduction's first calls, docs/gpu-runs.md#2026-11-25-pool-start)
+    # behind builds (6 minutes of the reproduction's first calls)
     # otherwise shows as nothing at all.
     report_every_s = 60.0
 
@@ -73,7 +73,7 @@ class Groups:
                 # Every pending build, not only the first group's: the groups left all wait for builds, and
                 # the builds that end a cold run are the ones still paused by another device's timing (on
                 # two H100s the last group's build took 137 s in the batch against 73 s alone while both
-                # devices waited for it, docs/gpu-runs.md#2026-11-26-two-gpu-failfast).
+                # devices waited for it).
                 needed = waiting if self.let_go else set()
             if not block:
                 return None
@@ -89,8 +89,7 @@ def expected_costs(evaluations: Sequence[Evaluation]) -> dict[str, float]:
     """Seconds a device is expected to spend on one candidate of each problem: the median over the
     problem's earlier evaluations (any candidate, any protocol) of the device loop's whole time on the
     candidate, re-measurements included (``row_s``), else its ``eval_s``. A release row re-checked above 3x
-    costs two to three evaluations, and the row that ended two H100s' run last was such a row
-    (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
+    costs two to three evaluations, and the row that ended two H100s' run last was such a row."""
     seen: dict[str, list[float]] = {}
     for e in evaluations:
         if e.extra.get(STATIC_KEY):
@@ -117,8 +116,7 @@ def build_order(groups: list[T], lead: int = 8) -> list[T]:
     then one from the front and one from the back in turn. A device times any group whose builds are
     done, so the back's builds (a release's level 3, whose two ``torch.compile`` baselines take minutes
     to build) run while the devices time the front, instead of after it with the devices idle: 15
-    evaluations in a 540 s call that reached level 3 of the reproduction on an H100
-    (docs/gpu-runs.md#2026-11-25-default-generator)."""
+    evaluations in a 540 s call that reached level 3 of the reproduction on an H100."""
     order, rest = list(groups[:lead]), deque(groups[lead:])
     front = True
     while rest:
@@ -149,7 +147,7 @@ class DeviceQueue:
     def release(self) -> None:
         """The references of the groups taken early close (their device memory with them) and start again,
         not loaded: before a retry alone, as they hold memory like the workers ahead (L2-34's reference
-        ran out of memory beside them, docs/gpu-runs.md#2026-11-25-batched-loads)."""
+        ran out of memory beside them)."""
         for k, (problem, cands, future) in enumerate(self.taken):
             close = getattr(future.result(), "close", None)  # a failure message has none
             if close is not None:
@@ -191,10 +189,9 @@ class RunAhead(Generic[W]):
     sent its load, it is, at once with every other candidate in view whose worker has started
     (``ready``), and with the references of the other problems among them. Timing waits for the loads,
     so a batch costs the device its longest load, not the sum: loaded one at a time, the reproduction's
-    two torch.compile baselines of a row kept the device waiting 4.5-7.3 s each
-    (docs/gpu-runs.md#2026-11-25-pool-start). ``start`` (synchronous), ``load`` and
-    ``load_reference`` (run on ``loader``, which needs a thread per load of a batch) and ``discard`` are
-    the evaluator's; ``startable`` says whether a candidate may start yet (its build done, its source not
+    two torch.compile baselines of a row kept the device waiting 4.5-7.3 s each. ``start`` (synchronous),
+    ``load`` and ``load_reference`` (run on ``loader``, which needs a thread per load of a batch) and
+    ``discard`` are the evaluator's; ``startable`` says whether a candidate may start yet (its build done, its source not
     statically rejected)."""
 
     def __init__(self, start: Callable[[Problem, Candidate], W], load: Callable[[W, Future], dict],
@@ -224,8 +221,7 @@ class RunAhead(Generic[W]):
     def start_group(self, first: Coming, coming: list[Coming]) -> None:
         """A group's first candidate that nothing got ready ahead (a device's first group, or one after a
         retry alone): its worker starts and loads beside its reference's load, not after it. The first
-        row of a run waited 2.2 s for its candidate once its reference was loaded
-        (docs/gpu-runs.md#2026-11-26-two-gpu-costs)."""
+        row of a run waited 2.2 s for its candidate once its reference was loaded."""
         if id(first[1]) not in self.started:
             self.prepare([first, *coming], first[0])
 
@@ -246,7 +242,7 @@ class RunAhead(Generic[W]):
                 ahead = self.started.get(id(u))
                 # Beyond the next candidate, only workers whose start is over: timing waits for the batch,
                 # and a torch.compile program's start (5-11 s) kept it waiting while the candidate in
-                # hand was ready (39% of two H200s' time, docs/gpu-runs.md#2026-11-26-pool-h200-done)
+                # hand was ready (39% of two H200s' time)
                 if ahead is not None and ahead.loaded is None and (k == 0 or self.ready(ahead.worker)):
                     ahead.loaded = _labelled(self.loader.submit(self.load, ahead.worker, f),
                                              f"load of {u.problem_id} candidate {u.candidate_id}")
@@ -260,7 +256,7 @@ def compile_at_start(config: EvalConfig) -> bool:
     """Whether a torch.compile program's worker started ahead makes torch.compile's start then: where spare
     cores run it beside other candidates' checks (a GPU's host). On a CPU device the same cores check and
     time: 123-125 s for the starter suite's eager and compile rewrites without it, 131-134 s with it."""
-    return config.warm_ahead and config.is_cuda
+    return config.is_cuda
 
 
 def _labelled(future: Future, label: str) -> Future:
@@ -270,11 +266,10 @@ def _labelled(future: Future, label: str) -> Future:
 
 
 def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractContextManager[str | None]]:
-    """The timing context of a device loop: first the loads running ahead finish, then builds pause, and
-    ``device``'s own loads ahead when they are held in the pause (EvalConfig.pause_loads, where the caller
-    passes no waits). It yields the load that ended the wait, so an evaluation can report whose load a
-    long wait was (the 2026-11-25 release runs spent 23% of their wall in such waits); None when nothing
-    was still loading. The wait's length is the caller's to measure."""
+    """The timing context of ``device``'s loop: first the loads running ahead and the device's workers still
+    closing finish, then builds pause. It yields what ended the wait (a load's label), so an evaluation can
+    report whose load a long wait was; None when nothing was still loading. The wait's length is the
+    caller's to measure."""
 
     @contextmanager
     def quiet() -> Iterator[str | None]:
@@ -283,9 +278,9 @@ def quiet_after(waits: list[Future], device: str = "") -> Callable[[], AbstractC
             if not future.done():
                 wait([future])
                 last = getattr(future, "cudal1_label", "a load ahead")
-        if CLOSER.wait(device):  # workers of this device still exiting (closing.py)
+        if CLOSER.wait(device):  # workers of this device still exiting (references.CLOSER)
             last = last or "workers closing"
-        with QUIET(device):
+        with QUIET():
             yield last
 
     return quiet
@@ -296,7 +291,7 @@ def submit_builds(pool: Executor, ordered: list[tuple[str, list[Candidate]]], by
     """The builds of the candidates that need one, by source hash. Submitted by group, the first groups
     first: a group is timed once all its builds are done, so builds submitted in candidate order (every
     program, then every baseline) kept the reproduction's first group waiting ~6 minutes for a hundred
-    unrelated programs' builds (docs/gpu-runs.md#2026-11-25-pool-start); then from both ends in turn
+    unrelated programs' builds; then from both ends in turn
     (schedule.build_order). GPU warm-ups go to every device in turn (two at a time on each, see prebuild),
     not all to the first: the caches they fill serve the timed worker of whichever device takes the row."""
     builds: dict[str, Future[tuple[str, float]]] = {}

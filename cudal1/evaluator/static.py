@@ -87,7 +87,8 @@ OS_BANNED = {"system", "popen", "fork", "forkpty", "vfork", "kill", "killpg", "_
 TENSOR_BASES = {"Tensor", "Parameter", "_TensorBase", "TensorBase"}
 
 # Flags of a program that picks its own algorithms by timing them at its first calls (cuDNN's benchmark
-# mode, or its own clock): what it picks depends on what else runs on the GPU then (EvalConfig.tune_alone).
+# mode, or its own clock): what it picks depends on what else runs on the GPU then, so its first call is
+# made alone on its device (core._first_call_alone).
 SELF_TUNING = frozenset({"cudnn_benchmark", "reads_clock"})
 
 
@@ -296,7 +297,7 @@ class _Visitor(ast.NodeVisitor):
             self.flag(node, "reads_clock", f"uses {full} (self-timing for autotuning; clocks are guarded)")
         if node.attr == "elapsed_time" and not full:
             # A program that times its own variants picks one by the host's pace of the moment: L1-70 read
-            # 2.89x, 3.35x and 0.98x in three warm runs of one host (docs/gpu-runs.md#2026-11-27-two-gpu-release)
+            # 2.89x, 3.35x and 0.98x in three warm runs of one host
             self.flag(node, "reads_clock", "reads .elapsed_time() of CUDA events (self-timing for autotuning)")
         if full == "time.sleep":
             self.reject(node, "banned_call", "calls time.sleep")

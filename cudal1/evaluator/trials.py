@@ -14,20 +14,18 @@ from typing import Any
 from cudal1.candidates import Status
 from cudal1.evaluator.checks import Run, Verdict, candidate_payload, check_integrity, check_reply
 from cudal1.evaluator.compare import compare_fingerprints, compare_outputs
-from cudal1.evaluator.contention import (
-    IDLE_WORK_TRIALS,
-    external_wait_s,
-    other_threads_cpu_s,
-    process_cpu_s,
-    sample,
-)
-from cudal1.evaluator.pace import call_probes, evaluation_pace, fast_figure
+from cudal1.evaluator.timed import evaluation_pace
 from cudal1.evaluator.timing import (
+    IDLE_WORK_TRIALS,
     Measurement,
     TrialPair,
     agrees_with_any,
     calls_per_trial,
+    external_wait_s,
     forged_timing,
+    other_threads_cpu_s,
+    process_cpu_s,
+    sample,
     trace_row,
 )
 from cudal1.evaluator.workers import new_seed
@@ -35,8 +33,7 @@ from cudal1.evaluator.workers import new_seed
 _rng = random.SystemRandom()  # seeds and orders the candidate cannot predict
 # The first trial sets the calls per trial where it finds this many times the calibration's. At 2 a quarter
 # of the GPU release was recalibrated, mostly to max_iters, for 64-80% more timing on those rows and no
-# better agreement; the stalls that bias a figure (3-7 calls a trial) are 4x and more below
-# (docs/gpu-runs.md#2026-11-29-move-cost).
+# better agreement; the stalls that bias a figure (3-7 calls a trial) are 4x and more below.
 RECALIBRATE = 4
 # the candidate's worker stops itself after `quiet` where the parent can see it stopped (_time_reference)
 _SELF_STOP = os.path.isdir("/proc/self/task")
@@ -45,7 +42,7 @@ _SELF_STOP = os.path.isdir("/proc/self/task")
 # which also draws the batch's fingerprint patterns and, where outputs are summed in place, the first
 # sums; at three a later iteration is read too. The rows summed in place calibrate to fewer calls than
 # before that change (L1-5 45-49 against 99-119 on an H200), and rightly: their timed batches now last about
-# target_trial_ms (35-50 ms), where they lasted 85-156 ms (docs/gpu-runs.md#2026-12-03-three-call-calibration).
+# target_trial_ms (35-50 ms), where they lasted 85-156 ms.
 CALIBRATION_CALLS = 3
 
 
@@ -69,7 +66,7 @@ def time_candidate(run: Run, msg: dict[str, Any]) -> tuple[dict[str, Any], float
 def _calibrate(run: Run) -> int:
     cfg = run.config
     msg = {"cmd": "time", "warmup_seeds": [new_seed() for _ in range(cfg.warmup_iters)], "seeds": [new_seed() for _ in range(CALIBRATION_CALLS)],
-           "spot": [], "clock": cfg.clock, "device_draws": run.device_draws}
+           "spot": [], "device_draws": run.device_draws}
     ref, _, _ = run.reference.time(msg)
     cand, _, _ = time_candidate(run, msg)
     return calls_per_trial(cfg, [ref, cand])
@@ -83,16 +80,15 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
     # The warm-up call is a command of its own, so the parent's wall clock around the timed batch holds
     # only the timed calls plus work both programs share (input generation, L2 flush, fingerprints). With
     # the warm-up inside, a program that tunes itself on its first call of a batch (cudnn.benchmark on
-    # L1-55/59/62/81 in docs/gpu-runs.md#2026-11-23-release-210) looked like a forged clock. Warming up early opens nothing: the timed
+    # L1-55/59/62/81) looked like a forged clock. Warming up early opens nothing: the timed
     # calls' inputs come from seeds sent only with the timing command.
     warm_seed = new_seed()
     msg = {"cmd": "time", "warmup_seeds": [], "seeds": [new_seed() for _ in range(iters)], "spot": spot,
-           "print_key": new_seed(), "clock": cfg.clock, "device_draws": run.device_draws, "call_pace": cfg.call_pace,
-           "fast_core": cfg.fast_core}
+           "print_key": new_seed(), "device_draws": run.device_draws}
     started = time.perf_counter()
     reference_first = _rng.random() < 0.5
     # The parent reads how long each timed thread waited for a core held by another process
-    # (contention.py). On a GPU the timed workers have a core of their own, so a wait there is the other
+    # (timing.sample). On a GPU the timed workers have a core of their own, so a wait there is the other
     # program of the pair working while this one is timed, where the candidate was not stopped for the
     # reference's batch (_time_reference).
 
@@ -128,9 +124,7 @@ def _trial(run: Run, iters: int, spot_check: bool = True) -> TrialPair:
             raise Verdict(Status.INCORRECT, f"output checked during timing (call {index + 1}) is wrong: "
                           f"{result.reason} — the candidate behaves differently once timed")
     pair = TrialPair(ref["ms"], cand["ms"], ref_wall, cand_wall, ref_wait, cand_wait, _pace(ref), *idle,
-                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0),
-                     reference_call_pace=call_probes(ref, len(ref["ms"])), candidate_call_pace=call_probes(cand, len(cand["ms"])),
-                     calls_per_trial=calls_per_trial(cfg, [ref, cand]))
+                     device_wait_ms=float(ref.get("device_wait_ms") or 0.0), calls_per_trial=calls_per_trial(cfg, [ref, cand]))
     _check_idle(run, pair)
     return pair
 
@@ -139,47 +133,39 @@ def _time_reference(run: Run, warm_seed: int, msg: dict[str, Any]
                     ) -> tuple[dict[str, Any], float, dict[str, Any], float, tuple[float, float]]:
     """The reference's warm-up and timed batch: its reply, wall clock, spot outputs and wait for its core,
     and the candidate's CPU while idle with the window it was read over (s). Its CPU is read over the
-    reference's warm-up, while it is idle but not stopped (over the batch too where not stopped), and its
-    threads but the main one over its drain and stop, which its main thread spends answering. Then,
-    right before the batch, the candidate drains its device work and is stopped (EvalConfig.quiet_candidate):
-    a thread it left behind can neither take the core both share nor queue device work beside the
-    reference. Drained after the warm-up, not before it: device work a hidden thread queued during the
-    warm-up would otherwise run on into the batch. The worker stops itself right after its reply; device
-    work a thread queued between its last sync and that stop the reference's worker waits out before its
-    batch (idle_device.py)."""
-    quiet = run.config.quiet_candidate
+    reference's warm-up, while it is idle but not stopped, and its threads but the main one over its drain
+    and stop, which its main thread spends answering. Then, right before the batch, the candidate drains
+    its device work and is stopped: a thread it left behind can neither take the core both share nor
+    queue device work beside the reference. Drained after the warm-up, not before it: device work a
+    hidden thread queued during the warm-up would otherwise run on into the batch. The worker stops itself
+    right after its reply; device work a thread queued between its last sync and that stop the
+    reference's worker waits out before its batch (timed.IdleDevice)."""
     # From its wait for a command on: a worker continued after the last trial's stop may still be on its way
     # back there, and that is the harness's CPU, not the program's (WorkerProcess.wait_asleep)
     run.worker.wait_asleep()
     cand_before, t0 = sample(run.worker.pid), time.perf_counter()
     run.reference.warm(warm_seed)
-    cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    cand_stopped = None
+    cand_after = sample(run.worker.pid)
     try:
-        if quiet:
-            # Where /proc shows a process's state the worker stops its process group itself right after its
-            # reply (worker_main), and the parent waits to see it stopped: a SIGCONT sent before that stop
-            # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
-            reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
-            if _SELF_STOP and reply.get("ok") is True:
-                run.worker.wait_stopped()
-            run.worker.pause()
-            cand_stopped, t1 = sample(run.worker.pid), time.perf_counter()
-            check_reply(reply, "the device sync before the reference's batch")
-            check_integrity(reply, run)
+        # Where /proc shows a process's state the worker stops its process group itself right after its
+        # reply (worker_main), and the parent waits to see it stopped: a SIGCONT sent before that stop
+        # would be lost. pause() is the parent's own stop, for its children and where /proc does not tell.
+        reply = run.worker.call({"cmd": "quiet", "stop": _SELF_STOP}, run.config.run_timeout_s)
+        if _SELF_STOP and reply.get("ok") is True:
+            run.worker.wait_stopped()
+        run.worker.pause()
+        cand_stopped, t1 = sample(run.worker.pid), time.perf_counter()
+        check_reply(reply, "the device sync before the reference's batch")
+        check_integrity(reply, run)
         before = sample(run.reference.worker.pid)
         # On a GPU its worker first waits for the device to answer fast: the candidate's process is stopped,
-        # not work it queued on the device after its drain (idle_device.py)
-        reply, wall, spots = run.reference.time(msg | {"idle_device": True} if quiet else msg)
+        # not work it queued on the device after its drain (timed.IdleDevice)
+        reply, wall, spots = run.reference.time(msg | {"idle_device": True})
         after = sample(run.reference.worker.pid)
     finally:
-        if quiet:
-            run.worker.resume()
-    if not quiet:
-        cand_after, t1 = sample(run.worker.pid), time.perf_counter()
-    # Every thread over the warm-up (and the batch where not stopped); the threads but the main one over the
-    # drain and stop: one that held the GIL then kept the main thread from its stop (up to 5 ms) to queue
-    # device work after the drain
+        run.worker.resume()
+    # Every thread over the warm-up; the threads but the main one over the drain and stop: one that held
+    # the GIL then kept the main thread from its stop (up to 5 ms) to queue device work after the drain
     idle_cpu = process_cpu_s(cand_before, cand_after) + other_threads_cpu_s(cand_after, cand_stopped)
     return reply, wall, spots, external_wait_s(before, after), (idle_cpu, t1 - t0)
 
@@ -189,7 +175,7 @@ def _check_idle(run: Run, pair: TrialPair) -> None:
     timed, in IDLE_WORK_TRIALS trials: its worker is idle then, waiting for a command, so that work is a
     thread it left running (one ``threading`` does not count, or a native one) to take the core both
     programs share from the reference. One such trial may be a stray wake-up. Likewise one whose stopped
-    process's work kept the device busy before the reference's batch (idle_device.py): its worker had
+    process's work kept the device busy before the reference's batch (timed.IdleDevice): its worker had
     drained the device, so that work was queued after the drain, by a thread of its own."""
     if pair.device_kept_busy and _strike(run.device_waits, pair.device_wait_ms):
         raise Verdict(Status.REJECTED, "the device was still busy after the candidate's worker had drained it and "
@@ -225,12 +211,12 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
     """Paired trials until the median speedup is known well enough: at least ``timing_trials``, then one
     more at a time while its confidence interval is wider than ``interval_target``, within the ceilings.
     Small or noisy kernels get more trials; a stable one stops at the minimum. A trial in which either
-    program waited for a core held by another process (contention.py) is set aside and another one timed
+    program waited for a core held by another process (timing.sample) is set aside and another one timed
     in its place, within the same ceilings; where the ceilings come first, the least contended of those
     set aside make up the number and the measurement is flagged "contended". Where the first trial's own
     calls set at least RECALIBRATE times the calls per trial that the calibration did, it is set aside
-    too and the trials are timed at that count (flag "recalibrated"). A re-measurement (``run.agree_with``,
-    EvalConfig.recheck_early) also stops once its interval agrees with an earlier measurement's (flag
+    too and the trials are timed at that count (flag "recalibrated"). A re-measurement (``run.agree_with``)
+    also stops once its interval agrees with an earlier measurement's (flag
     "agreed_early"). Returns the pairs measured from, every pair timed, and the calls per trial."""
     cfg = run.config
     most = cfg.timing_trials * (cfg.remeasure + 1)
@@ -243,7 +229,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
         if not (clean or contended or first) and pair.calls_per_trial >= RECALIBRATE * iters:
             # The calibration reads each side's cost from two calls, so a stall there (a host
             # core's slow spell, a late wake-up) left a 0.1 ms kernel 3-14 calls a trial and a wide
-            # figure (docs/gpu-runs.md#2026-11-29-fast-core-release); the trial's many calls read it
+            # figure; the trial's many calls read it
             # again. Only ever more calls, at most max_iters: a candidate that slows its calibration
             # gains nothing, one that hurries this trial's buys itself longer trials.
             run.flags.add("recalibrated")
@@ -256,7 +242,7 @@ def _pairs(run: Run, iters: int, started: float) -> tuple[list[TrialPair], list[
             now = Measurement.from_pairs(clean)
             if spent or now.half_width <= cfg.interval_target:
                 return clean, first + clean + contended, iters
-            if cfg.recheck_early and agrees_with_any((now.speedup, now.low, now.high), run.agree_with,
+            if agrees_with_any((now.speedup, now.low, now.high), run.agree_with,
                                                      cfg.recheck_limit):
                 run.flags.add("agreed_early")
                 return clean, first + clean + contended, iters
@@ -295,12 +281,8 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
                              "candidate_idle_cpu_ms": round(max(p.candidate_idle_cpu_s for p in timed) * 1e3, 3)} | _host_pace(used)
     if iters != calibrated:  # read again from the first trial (_pairs): what the calibration had set
         extra["calibrated_iters"] = calibrated
-    if cfg.call_pace:  # beside the figure over every call, deciding nothing (pace.fast_figure)
-        figure = fast_figure([(p.reference_ms, p.reference_call_pace, p.candidate_ms, p.candidate_call_pace) for p in used])
-        if figure is not None:
-            extra["call_pace"] = figure
     longest_wait = max((p.device_wait_ms for p in timed), default=0.0)
-    if longest_wait:  # the longest the reference waited for its device (idle_device.py)
+    if longest_wait:  # the longest the reference waited for its device (timed.IdleDevice)
         extra["device_wait_ms"] = round(longest_wait, 3)
     if run.trace is not None:
         extra["trace"] = run.trace
@@ -308,7 +290,7 @@ def measure(run: Run) -> tuple[Measurement, dict[str, Any]]:
 
 
 def _host_pace(used: list[TrialPair]) -> dict[str, Any]:
-    """The pace the reference was timed at (pace.py), where its worker read one, and each used trial's
+    """The pace the reference was timed at (timed.probe_ms), where its worker read one, and each used trial's
     reading in the order of ``trial_ms``."""
     pace = evaluation_pace([p.pace_ms for p in used])
     if pace is None:
@@ -319,8 +301,7 @@ def _host_pace(used: list[TrialPair]) -> dict[str, Any]:
 def trial_medians(pairs: list[TrialPair]) -> list[list[float]]:
     """Each trial's median per-call time of the reference and of the candidate (ms, 4 significant digits),
     in the order timed: the reported speedup, its interval and the stopping rule are computed from these
-    alone, so anyone can recompute them from the record, or replay another stopping rule on them
-    (benchmarks/stopping_rules.py).
+    alone, so anyone can recompute them from the record, or replay another stopping rule on them.
 
     >>> trial_medians([TrialPair([1.0, 2.0, 9.0], [0.123456], 0.0, 0.0)])
     [[2.0, 0.1235]]

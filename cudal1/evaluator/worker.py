@@ -1,34 +1,37 @@
 """The isolated worker: one process runs ONE program (a reference or a candidate) and nothing else.
 
 The process around a :class:`Worker` (limits, CPU pinning, the command loop on private pipes) is
-:mod:`cudal1.evaluator.worker_main`. Inputs never travel:
+:mod:`cudal1.evaluator.worker_main`; its timed batch is :mod:`cudal1.evaluator.timed`. Inputs never travel:
 both workers generate them from the seed the parent sends, with the reference's ``get_inputs``. Tensors
-that go back to the parent travel by CUDA IPC, or on CPU as ``torch.save`` files the parent reads with
-``weights_only=True`` (:mod:`cudal1.evaluator.transport`).
+that go back to the parent travel as exported device memory, or on CPU as ``torch.save`` files the parent
+reads with ``weights_only=True`` (:mod:`cudal1.evaluator.transport`).
+
+After every command the worker checks by identity that the program replaced none of the torch and
+standard-library functions the harness relies on (:data:`GUARDED`) and none of the harness's own
+(:func:`_own_code`), and that it changed no global state that alters what is measured.
 
 This module imports torch and the standard library only: it is the GPU evaluation worker.
 """
 
 from __future__ import annotations
 
+import builtins
+import json
 import os
 import socket
 import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cudal1.evaluator import device_draws, extensions, graphed, inputs, preparation, probes, transport
+from cudal1.evaluator import device_draws, extensions, inputs, probes, timed, transport
 from cudal1.evaluator.clock_skew import install as skew_clocks
-from cudal1.evaluator.cores import CoreHop, on_cores
-from cudal1.evaluator.identity import GUARDED as _GUARDED
-from cudal1.evaluator.identity import PROBES as _PROBES
-from cudal1.evaluator.identity import harness_code
-from cudal1.evaluator.pace import CALL_PROBE_STEPS, probe_ms
+from cudal1.evaluator.inputs import GraphedInputs, InputPlan, prepare
 from cudal1.evaluator.probes import (
     Fingerprints,
     L2Flush,
@@ -41,41 +44,108 @@ from cudal1.evaluator.probes import (
     to_device,
     uses_compile,
 )
-from cudal1.evaluator.reference_role import ReferenceRole, load_program
+from cudal1.evaluator.sandbox import on_cores
+from cudal1.evaluator.timed import IdleDevice, device_sync, time_batch
 
 # The harness seeds inputs through its own reference to manual_seed, taken before any candidate code runs:
 # torch._dynamo (torch.compile) legitimately wraps torch.manual_seed on import, so it is not guarded by
 # identity; a candidate that replaced it would only change its own inputs, which the fingerprints catch.
 _manual_seed = torch.manual_seed
 _cpu_generator = torch.default_generator
-# The current device's synchronize, taken before any candidate code runs (the worker sets its device
-# first): torch.cuda.synchronize wraps it in a device guard and a lazy-init check, ~5 us a call on the
-# H100 host, twice a timed call. Guarded by identity (identity.GUARDED) like the public function.
-_device_sync = torch._C._cuda_synchronize if hasattr(torch._C, "_cuda_synchronize") else None
-
-
 _empty_cache = torch.cuda.empty_cache  # bound before any program runs, like the two above
 
+# What a candidate must not replace: checked for identity after every command.
+GUARDED = {
+    "time.perf_counter": lambda: time.perf_counter,
+    "time.monotonic": lambda: time.monotonic,
+    "time.time": lambda: time.time,
+    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+    "torch._C._cuda_synchronize": lambda: getattr(torch._C, "_cuda_synchronize", None),
+    "torch.cuda.Event": lambda: torch.cuda.Event,
+    "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
+    "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
+    "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
+    "torch.cuda.CUDAGraph.replay": lambda: torch.cuda.CUDAGraph.replay,
+    "torch.allclose": lambda: torch.allclose,
+    "torch.equal": lambda: torch.equal,
+    "torch.save": lambda: torch.save,
+    "torch.load": lambda: torch.load,
+    "torch.Tensor.__eq__": lambda: torch.Tensor.__eq__,
+    "torch.Tensor.to": lambda: torch.Tensor.to,
+    "torch.Tensor.clone": lambda: torch.Tensor.clone,
+    "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
+    "torch.Tensor.detach": lambda: torch.Tensor.detach,
+    "torch.Tensor.cpu": lambda: torch.Tensor.cpu,
+    "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
+    "builtins.type": lambda: builtins.type,
+    "builtins.isinstance": lambda: builtins.isinstance,
+    "json.dumps": lambda: json.dumps,
+    "os.write": lambda: os.write,
+    "socket.send_fds": lambda: socket.send_fds,
+    "transport.Mapping.allocate": lambda: vars(transport.Mapping)["allocate"],  # the classmethod object itself
+}
 
-def _no_sync() -> None:
-    """A CPU device: calls are synchronous."""
+# The probes the worker calls, checked both as its own names and as the probes module's.
+PROBES = ("Fingerprints", "inspect_outputs", "flatten", "to_device", "global_flags", "precision_flags",
+          "lowered_precision")
+# What the timed batch calls, checked as the timed module's names (its functions and those it imports)
+TIMED = ("time_batch", "_drawer", "_timed_calls", "probe_ms", "device_sync", "no_sync", "Fingerprints", "flatten",
+         "inspect_outputs")
 
 
 def _own_code() -> dict[str, Any]:
-    """The harness's own methods and helpers (the worker's here, then :func:`identity.harness_code`'s): a
-    candidate that wraps them (found through gc or sys.modules) to rewrite replies is caught by identity,
-    like a patched torch function."""
+    """The harness's own methods and helpers: a candidate that wraps them (found through gc or sys.modules)
+    to rewrite replies is caught by identity, like a patched torch function."""
     names = {f"Worker.{n}": getattr(Worker, n) for n in ("load", "run", "time_trial", "reference_outputs",
                                                          "_forward", "_inputs_for", "_sync", "_ship", "violations")}
     module = sys.modules[__name__]
-    names.update({f"worker.{n}": getattr(module, n) for n in _PROBES + ("_device_sync", "_no_sync", "probe_ms")})
-    names.update(harness_code())
+    names.update({f"worker.{n}": getattr(module, n) for n in (*PROBES, "device_sync", "time_batch")})
+    names.update({f"timed.{n}": getattr(timed, n) for n in TIMED})
+    names.update({f"probes.{n}": getattr(probes, n) for n in PROBES})
+    names.update({f"transport.{n}": getattr(transport, n) for n in ("pack", "ship", "_describe")})
+    names.update({f"L2Flush.{n}": getattr(L2Flush, n) for n in ("__call__", "heat", "_persisting", "reset_persisting",
+                                                                     "after_replay")})
+    names["InputPlan.draw"] = InputPlan.draw
+    names.update({f"inputs.{n}": getattr(inputs, n) for n in ("explicit_generator", "follow_state")})
+    names.update({f"GraphedInputs.{n}": getattr(inputs.GraphedInputs, n) for n in ("draw", "intact")})
+    names["CountedInputs.draw"] = inputs.CountedInputs.draw
+    names.update({f"InputPlan.{n}": getattr(InputPlan, n) for n in ("made", "assemble")})
+    names["device_draws.follow_offset"] = device_draws.follow_offset
+    names.update({f"Counted.{n}": getattr(device_draws.Counted, n) for n in ("start", "inputs")})
+    names.update({f"DeviceDraws.{n}": getattr(device_draws.DeviceDraws, n) for n in ("start", "fill", "begin", "make",
+                                                                                "_launch", "hand", "sums")})
+    names.update({f"Fingerprints.{n}": getattr(Fingerprints, n) for n in ("add", "queue", "record", "values", "_order",
+                                                                         "_pattern", "_weights", "_flush", "_rows",
+                                                                         "_kernel_sums")})
     return names
 
 
-class Worker(ReferenceRole):
+def load_program(path: str, name: str, file: str | None = None) -> types.ModuleType:
+    """Run a program as a module. ``file`` is what it sees as ``__file__``: for a candidate, a path in its
+    build cache (keyed by its source hash), so programs that build next to ``__file__`` (CUDA-L1's do)
+    find their build there next time instead of compiling again in every fresh directory."""
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    module = types.ModuleType(name)
+    module.__file__ = path
+    if file:
+        try:
+            with open(file, "w", encoding="utf-8") as handle:
+                handle.write(source)
+            module.__file__ = file
+        except OSError:
+            pass
+    sys.modules[name] = module  # some code (dataclasses, pickling, torch.compile) looks itself up here
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - running it is the point
+    return module
+
+
+class Worker:
+    """One program's worker: its commands (load, run, warm, time, reference, reset, probe) and the
+    integrity snapshot they are checked against."""
+
     def __init__(self, device: str, threads: int, flush_l2: bool, fd_sock: socket.socket | None = None,
-                 spare_cores: set[int] | None = None, hop_cores: list[int] | None = None) -> None:
+                 spare_cores: set[int] | None = None) -> None:
         self.device = torch.device(device)
         # Inputs are drawn from a device generator of the harness's own; the device's default one only
         # follows it (inputs.follow_state): a program can break the default one for good.
@@ -101,25 +171,23 @@ class Worker(ReferenceRole):
         self.keep: list[Any] = []  # device memory exported to the parent, held until the next command
         self.fd_sock = fd_sock
         self.builds: extensions.BuildLog | None = None  # a candidate's calls of torch's extension builder
-        self.events: list[tuple[Any, Any]] = []  # CUDA (start, end) event pairs for timed calls
-        self.plan: inputs.InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
-        self.graphed: graphed.GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
+        self.plan: InputPlan | None = None  # get_inputs replayed without its Python (cudal1.evaluator.inputs)
+        self.graphed: GraphedInputs | None = None  # the plan and the L2 flush as one CUDA graph
         self.counted: device_draws.Counted | None = None  # the plan drawn by the harness's kernels
         self.compile_warmed = False  # torch.compile's own start made (warm_compile)
         self.spare_cores = spare_cores  # a GPU worker's cores away from its timed one (worker_main)
-        # where its timed calls may move to a core at the host's fast pace (EvalConfig.fast_core)
-        self.hop = CoreHop(hop_cores, lambda: probe_ms(CALL_PROBE_STEPS)) if hop_cores else None
+        self.idle: IdleDevice | None = None  # the reference's probe of its device, made at its first batch
 
     # --- integrity -------------------------------------------------------------------------------
     def _snapshot(self) -> None:
-        self.guards = {k: get() for k, get in _GUARDED.items()}
+        self.guards = {k: get() for k, get in GUARDED.items()}
         self.own = _own_code()
         self.flags = global_flags()
         self.precision = precision_flags()
         self.threads = {t.ident for t in threading.enumerate()}
 
     def violations(self) -> dict[str, list[str]]:
-        patched = [k for k, get in _GUARDED.items() if get() is not self.guards.get(k)]
+        patched = [k for k, get in GUARDED.items() if get() is not self.guards.get(k)]
         patched += [k for k, v in _own_code().items() if v is not self.own.get(k)]
         now = global_flags()
         changed = [f"{k}: {self.flags[k]} -> {now[k]}" for k in self.flags if now[k] != self.flags[k]]
@@ -133,15 +201,14 @@ class Worker(ReferenceRole):
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
-            _device_sync()  # device-wide: work a candidate left on side streams counts
+            device_sync()  # device-wide: work a candidate left on side streams counts
 
     # --- commands ----------------------------------------------------------------------------------
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         build_only = bool(msg.get("build_only"))  # a build worker: its only product is the build cache
-        # The harness's preparation on the spare cores (EvalConfig.spare_prep), back on the timed core
-        # before any program code runs
-        with on_cores(self.spare_cores if msg.get("spare_prep") and not build_only else None):
+        # The harness's preparation on the spare cores, back on the timed core before any program code runs
+        with on_cores(self.spare_cores if not build_only else None):
             self.reference = load_program(msg["reference_path"], "cudal1_reference")
             if self.device.type == "cuda":
                 torch.zeros(1, device=self.device)  # create the context before the snapshot
@@ -155,9 +222,8 @@ class Worker(ReferenceRole):
                 extensions.builder()  # torch's builder imported here, for install below (0.1 s alone)
             # where the load's preparation goes (reply's prep_s; "reference" holds the builder's import too)
             stamps = {"reference": time.perf_counter()}
-            ready = preparation.prepare(self.reference.get_inputs, self.device, None if build_only else (
-                _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"),
-                bool(msg.get("graph_inputs")), stamps)
+            ready = prepare(self.reference.get_inputs, self.device, None if build_only else (
+                _cpu_generator, self.generator, self.default_generator), self.flush_l2, msg.get("device_draws"), stamps)
         self.plan, self.l2, self.counted, self.graphed = ready.plan, ready.l2, ready.counted, ready.graphed
         if msg.get("clock_skew") and msg["role"] == "candidate":  # a confirmation deciding its race (clock_skew.py)
             skew_clocks(msg["clock_skew"])
@@ -256,135 +322,59 @@ class Worker(ReferenceRole):
             self._ship(payload, msg.get("out_path"))
 
     def time_trial(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Timed calls, each on inputs generated on the device for it alone, from its own seed or (the
-        harness's kernels, device_draws.py) from the batch's seed and the call's number: a cache keyed
-        on addresses or contents never hits. Each call: inputs, L2 flush, device sync, timed
-        forward, device sync. What the harness adds per call is queued on the device without a host
-        round trip (fingerprints land in device memory), so the host is free to launch the next call's
-        inputs while the device works.
+        """Timed calls on fresh inputs each (:func:`cudal1.evaluator.timed.time_batch`)."""
+        return time_batch(self, msg)
 
-        A call's time is the host's clock between the two device-wide syncs (``clock="host"``): the
-        device is idle when the forward starts being launched and has finished everything, side streams
-        included, when the clock stops, so that interval is the call as a user sees it. CUDA events
-        recorded around it (``clock="events"``) time the same interval plus the latency of their own two
-        records, ~20 us of harness on the H100 host (docs/benchmarks/release-h100.md)."""
-        cuda = self.device.type == "cuda"
-        # The harness kernels' draws where the parent says both programs have them, torch's otherwise
-        counted = self.counted if msg.get("device_draws") else None
-        graph = self.graphed if isinstance(self.graphed, graphed.CountedInputs) == (counted is not None) else None
-        eager = counted.inputs if counted is not None else self._inputs_for
-        if counted is not None:
-            counted.start(msg["seeds"][0] if msg["seeds"] else 0)  # the batch's key; calls advance its counter
-        for seed in msg["warmup_seeds"]:
-            self._forward(graph.draw(seed) if graph is not None else eager(seed))
-        assert self.l2 is not None and self.model is not None
-        # the reference's worker: the candidate's stopped process left no work on the device (idle_device.py)
-        settled = self.idle_device(_device_sync).settle() if cuda and msg.get("idle_device") else {}
-        self.l2.heat()
+    # --- the reference's role (never a candidate's code path) --------------------------------------------
+    def idle_device(self, sync: Callable[[], None]) -> IdleDevice:
+        """The probe of this worker's GPU that its timed batch first waits on, where the parent asks
+        (timed.IdleDevice): the reference's worker, while the candidate's process is stopped."""
+        if self.idle is None:
+            self.idle = IdleDevice(self.device, sync)
+        return self.idle
+
+    def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Reference role only: inputs and outputs for each seed, sent to the parent."""
+        records = []
+        for seed in msg["seeds"]:
+            inputs = self._inputs_for(seed)
+            originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            out = self._forward(inputs)
+            self._sync()
+            structure, outputs = flatten(out)
+            records.append({
+                "seed": seed,
+                "inputs": originals,
+                "outputs": [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs],
+                "structure": structure,
+            })
+        return {"ok": True, "count": len(records)} | self._ship(records, msg.get("out_path"))
+
+    def reset(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build the model from its init seed: as fresh as when loaded (a stateful reference is reset so
+        that its calls match the next candidate's, one for one)."""
+        assert self.reference is not None and self.init is not None
+        cls, seed = self.init
+        _manual_seed(seed)
+        init_inputs = self.reference.get_init_inputs()
+        _manual_seed(seed)
+        with torch.no_grad():
+            model = cls(*init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        self.model = model
         self._sync()
-        spot = set(msg.get("spot", []))
-        seeds = msg["seeds"]
-        events: list[tuple[Any, Any]] = []
-        stream = None
-        if cuda and msg.get("clock") == "events":  # created once per worker and reused
-            self.events += [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                            for _ in range(len(seeds) - len(self.events))]
-            events = self.events[:len(seeds)]
-            stream = torch.cuda.current_stream(self.device)  # taken once: record() would build one per call
-        sync = _device_sync if cuda else _no_sync
-        model, clock = self.model, time.perf_counter
-        host_ms: list[float] = []
-        spots: dict[str, Any] = {}
-        prints = Fingerprints(self.device, msg.get("print_key", 0), calls=len(seeds),
-                              kernels=counted.kernels if counted is not None else None)
+        return {"ok": True}
 
-        def timed() -> list[float]:
-            if not events:
-                return list(host_ms)
-            sync()
-            return [start.elapsed_time(end) for start, end in events[:len(host_ms)]]
-
-        counted_graph = graph if counted is not None else None  # graph is then the kernels' (CountedInputs)
-
-        def draw(seed: int, pending: tuple[int, int, int] | None = None) -> list[Any]:
-            """A call's inputs and the L2 flush, queued on the device (behind the previous call's staging
-            copy, which the counted graph makes as its first node)."""
-            if counted_graph is not None:
-                l2 = self.l2
-                assert l2 is not None
-                if l2.touched:
-                    l2.reset_persisting()  # persisting lines set aside before: reset them before the flush
-                made = counted_graph.draw(seed, pending)
-                l2.after_replay()
-                return made
-            if graph is not None:
-                self.l2.reset_persisting()  # type: ignore[union-attr]
-                return graph.draw(seed)  # the draws, then the L2 flush: one launch
-            fresh = eager(seed)
-            self.l2()  # type: ignore[misc]
-            return fresh
-
-        # Each call with the harness's work around it (timing.calls_per_trial); not the last, which draws no
-        # next inputs: on a CPU its 0.05-0.8 ms set calls per trial for 1.4-3.6 ms calls (docs/evaluator.md)
-        call_ms: list[float] = []
-        pace_before = probe_ms()  # the host CPU's pace around the batch (pace.py), outside the timed calls
-        paces: list[float] | None = [] if msg.get("call_pace") else None  # EvalConfig.call_pace
-        hops = int(msg.get("fast_core") or 0) if self.hop is not None else 0  # EvalConfig.fast_core
-        with torch.no_grad():  # entered once: per call it would be harness time inside the timed region
-            upcoming = draw(seeds[0]) if seeds else []
-            if hops:
-                self.hop.start()  # type: ignore[union-attr]
-            call_t0 = clock()
-            for i, seed in enumerate(seeds):
-                inputs, upcoming = upcoming, []
-                if paces is not None or hops:  # the host's pace right before the call, outside its time (pace.py)
-                    reading = self.hop.before_call(hops) if hops else probe_ms(CALL_PROBE_STEPS)  # type: ignore[union-attr]
-                    if paces is not None:
-                        paces.append(reading)
-                sync()  # device idle: no harness work or earlier call overlaps the timed region
-                if events:
-                    events[i][0].record(stream)
-                t0 = clock()
-                out = model(*inputs)
-                sync()  # device-wide: work a candidate left on side streams counts
-                t1 = clock()
-                if events:
-                    events[i][1].record(stream)
-                host_ms.append((t1 - t0) * 1e3)
-                _, outputs = flatten(out)
-                # Every call, before anything touches the output: a plain tensor, or a lazy object whose
-                # work would run inside the fingerprint, after the clock stopped.
-                fake = [type(o).__name__ for o in outputs if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor]
-                if fake:
-                    return {"ok": True, "ms": timed(), "host_ms": host_ms,
-                            "problems": [f"timed call {i + 1} returned a {fake[0]}, not a plain torch.Tensor"]}
-                # the outputs' copies, queued before the next call's inputs and flush (or made by its graph)
-                staged, pending = prints.queue(outputs, defer=counted_graph is not None and i + 1 < len(seeds), seed=seed)
-                if i in spot:
-                    problems = inspect_outputs(outputs, inputs, self.device)
-                    if problems:
-                        return {"ok": True, "ms": timed(), "host_ms": host_ms, "problems": problems}
-                    spots[str(i)] = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
-                del inputs
-                if i + 1 < len(seeds):
-                    # The next call's inputs and flush are queued now, and the host's bookkeeping below
-                    # runs while the device flushes L2 instead of before it.
-                    upcoming = draw(seeds[i + 1], pending)
-                del out, outputs  # after the replay that copies them, where it does
-                prints.record(staged, seed)
-                if i + 1 < len(seeds):
-                    now = clock()
-                    call_ms.append((now - call_t0) * 1e3)
-                    call_t0 = now
-        ms = timed()
-        if hops:
-            self.hop.home()  # type: ignore[union-attr]
-        pace = [pace_before, probe_ms()]
-        if graph is not None and not graph.intact():
-            self.graphed = None  # the graph writes where the inputs no longer are: eager from here on
-            return {"ok": True, "ms": ms, "host_ms": host_ms, "problems": [
-                "an input's storage was replaced or resized during the timed calls (later calls would "
-                "have seen stale inputs)"]}
-        shipped = self._ship(spots, msg.get("spot_path")) if spots else {}
-        return {"ok": True, "ms": ms, "host_ms": host_ms, "fingerprints": prints.values(), "problems": [],
-                "call_ms": call_ms, "pace_ms": pace} | settled | shipped | ({"call_pace_ms": paces} if paces else {})
+    def _stateful(self) -> bool:
+        """Whether the output depends on earlier calls (KernelBench's RNNs keep their hidden state in
+        self): two calls on the same inputs give different sums. The state the probe moved on needs no
+        undoing here: the parent resets a stateful reference before each candidate (core._correctness)."""
+        try:
+            # A float64 sum read straight from each output (no float64 copy of an 8 GB output)
+            sums = [[o.sum(dtype=torch.complex128 if o.is_complex() else torch.float64).item()
+                     if isinstance(o, torch.Tensor) else o
+                     for o in flatten(self._forward(self._inputs_for(0)))[1]] for _ in range(2)]
+        except Exception:  # noqa: BLE001 - the first record reports the reference's error where it always did
+            return False
+        return sums[0] != sums[1]

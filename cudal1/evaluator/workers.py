@@ -1,9 +1,8 @@
-"""The parent's workers: where they live, how they are specified, the warm reference session of a
-problem, a candidate's prepared worker, and what reaches the parent from them.
+"""The parent's workers: where they live, how they are specified, a candidate's prepared worker, and what
+reaches the parent from them (a reference's worker is references.py's).
 
-The reference runs in its own worker, which never executes candidate code; its outputs live only in the
-parent. A sandboxed worker's device memory reaches the parent as a file descriptor when the driver allows
-(probed once per device), else as files.
+A sandboxed worker's device memory reaches the parent as a file descriptor when the driver allows (probed
+once per device), else as files.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import secrets
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import torch
 
 from cudal1.candidates import Candidate
 from cudal1.evaluator import device_draws
-from cudal1.evaluator.closing import CLOSER
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.transport import TransportError, receive
@@ -45,13 +42,13 @@ def extensions_folder(extensions_root: Path, candidate: Candidate) -> Path:
 
 
 def _draws_root(config: EvalConfig) -> Path | None:
-    """Where the draw kernels are compiled (EvalConfig.device_draws): beside the extension builds, on CUDA."""
-    return default_extensions_root().parent if config.is_cuda and config.device_draws else None
+    """Where the draw kernels are compiled: beside the extension builds, on CUDA."""
+    return default_extensions_root().parent if config.is_cuda else None
 
 
 def draws_path(config: EvalConfig) -> str | None:
-    """The harness's compiled draw kernels for a worker's load, compiled on first use; None off CUDA, when
-    turned off, or where they cannot be compiled (torch's draws then)."""
+    """The harness's compiled draw kernels for a worker's load, compiled on first use; None off CUDA, or
+    where they cannot be compiled (no nvcc: torch's generators draw then)."""
     root = _draws_root(config)
     path = device_draws.fatbin(root) if root is not None else None
     return str(path) if path is not None else None
@@ -124,7 +121,7 @@ def _probe_cache(device: str) -> Path | None:
     import ctypes
     import hashlib
 
-    from cudal1.evaluator.process import sandbox_available
+    from cudal1.evaluator.sandbox import sandbox_available
 
     try:
         version = ctypes.c_int()
@@ -192,152 +189,8 @@ def receive_payload(reply: dict[str, Any], path: Path, config: EvalConfig, worke
     return receive(reply, path, compare_device(config), worker.fd_sock)
 
 
-class ReferenceSession:
-    """A warm worker running one problem's reference. Safe to share between candidates of that problem:
-    it never executes candidate code."""
-
-    def __init__(self, problem: Problem, config: EvalConfig, root: Path | None = None, *, load: bool = True) -> None:
-        """``load=False`` starts the process only (interpreter, torch, CUDA context) and defers building the
-        reference model to the first use, so a session prestarted for the next problem puts no work on the
-        GPU while the current candidate is timed."""
-        self.problem = problem
-        self.config = config
-        self._own_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="cudal1-ref-", dir=scratch_root())) if root is None else root
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o711)  # a sandboxed worker may traverse to its own directory, not list others
-        self.init_seed = new_seed()
-        self.path = self.root / "reference" / "reference.py"
-        self.path.parent.mkdir(mode=0o700)
-        self.path.write_text(problem.source)
-        prefetch_draws(config)  # compiled (once per machine) while the worker starts
-        self.worker = self._new_worker()
-        self.build_s = 0.0
-        self.graphed = False  # its worker replays inputs from a captured graph (EvalConfig.graph_inputs)
-        self.device_draws = False  # its worker draws timed inputs with the harness's kernels (device_draws.py)
-        self.stateful = False  # its output depends on earlier calls: reset before each candidate (reset())
-        self._loaded = False
-        self._failure = ""
-        self._lock = threading.Lock()  # a batch may load it ahead from another thread
-        if load:
-            self.load()
-
-    def load(self) -> None:
-        """Build the reference model in its worker (once); raises ReferenceError, then again on every call."""
-        with self._lock:
-            self._load()
-
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        if self._failure:
-            raise ReferenceError(self._failure)
-        try:
-            self.worker.wait_ready(self.config.load_timeout_s)
-            reply = self.worker.call({"cmd": "load", "role": "reference", "reference_path": str(self.path),
-                                      "init_seed": self.init_seed, "graph_inputs": self.config.graph_inputs,
-                                      "device_draws": draws_path(self.config), "spare_prep": self.config.spare_prep},
-                                     self.config.build_timeout_s)
-        except WorkerFailure as exc:
-            self._failure = f"{self.problem.problem_id}: reference failed to start: {exc.message}"
-        else:
-            if not reply.get("ok"):
-                self._failure = f"{self.problem.problem_id}: reference failed to load: {reply.get('error')}"
-        if self._failure:
-            self.close()
-            raise ReferenceError(self._failure)
-        self.build_s = reply.get("build_s", 0.0)
-        self.graphed = bool(reply.get("graphed"))
-        self.device_draws = bool(reply.get("device_draws"))
-        self.stateful = bool(reply.get("stateful"))
-        self._loaded = True
-
-    def reset(self) -> None:
-        """Build the reference model again, fresh: a stateful reference then sees the same calls as the
-        candidate evaluated next (one per correctness trial, then the same timed batches)."""
-        self.load()
-        reply = self.worker.call({"cmd": "reset"}, self.config.build_timeout_s)
-        if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed to reset: {reply.get('error')}")
-
-    def records(self, seeds: list[int]) -> list[dict[str, Any]]:
-        """Inputs and outputs of the reference for each seed, in the parent's memory. One seed per
-        command, so the worker never holds more than one record's export at a time."""
-        self.load()
-        records: list[dict[str, Any]] = []
-        for seed in seeds:
-            out = self.worker.workdir / f"records-{secrets.token_hex(8)}.pt"
-            reply = self.worker.call({"cmd": "reference", "seeds": [seed], "out_path": str(out)},
-                                     self.config.run_timeout_s)
-            got = self._payload(reply, out, "to run")
-            if not isinstance(got, list) or len(got) != 1:
-                raise ReferenceError(f"{self.problem.problem_id}: reference sent {type(got).__name__}, not records")
-            records += got
-        return records
-
-    def warm(self, seed: int) -> None:
-        """One untimed forward on fresh inputs (the warm-up before a timed batch, as its own command)."""
-        self.load()
-        reply = self.worker.call({"cmd": "warm", "seed": seed}, self.config.run_timeout_s)
-        if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed to warm up: {reply.get('error')}")
-
-    def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, Any]]:
-        self.load()
-        spot_path = self.worker.workdir / f"spot-{secrets.token_hex(8)}.pt"
-        t0 = time.perf_counter()
-        reply = self.worker.call(msg | {"spot_path": str(spot_path)}, self.config.run_timeout_s)
-        wall = time.perf_counter() - t0
-        return reply, wall, self._payload(reply, spot_path, "while timed") or {}
-
-    def _payload(self, reply: dict[str, Any], path: Path, what: str) -> Any:
-        """What a reference reply carried; any failure is the problem's, not a candidate's."""
-        if not reply.get("ok"):
-            raise ReferenceError(f"{self.problem.problem_id}: reference failed {what}: {reply.get('error')}")
-        try:
-            return receive_payload(reply, path, self.config, self.worker)
-        except TransportError as exc:
-            raise ReferenceError(f"{self.problem.problem_id}: reference outputs unreadable: {exc}") from exc
-
-    def restart(self) -> None:
-        """Stop the worker, giving back all its device memory, and start a fresh one that loads the same
-        reference (same init seed) on its next use: room for a re-measurement's own workers beside it."""
-        with self._lock:
-            self.worker.close()
-            self.worker = self._new_worker()
-            self._loaded = False
-
-    def _new_worker(self) -> WorkerProcess:
-        return WorkerProcess(worker_spec(self.config, self.problem), self.root / "reference", "reference")
-
-    def healthy(self) -> bool:
-        """No failure recorded and its worker still running: fit to serve another batch (kept.py)."""
-        return not self._failure and self.worker.proc.poll() is None
-
-    def close(self) -> None:
-        if hasattr(self, "worker"):
-            self.worker.close()
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> ReferenceSession:
-        return self
-
-    def close_beside(self) -> None:
-        """Close beside the device loop within a batch (closing.CLOSER; the next timing there waits for it),
-        at once outside one: a batch's problem ends, or a kept reference is let go (kept.py)."""
-        CLOSER.close(self.config.device, self.close)
-
-    def __exit__(self, *exc: object) -> None:
-        self.close_beside()
-
-
-class ReferenceError(RuntimeError):
-    """The problem's own reference could not run: not the candidate's fault."""
-
-
 def module_file(worker: WorkerProcess) -> str | None:
-    """Where a candidate's module says it lives: its build-cache directory (see reference_role.load_program)."""
+    """Where a candidate's module says it lives: its build-cache directory (see worker.load_program)."""
     ext = worker.spec.extensions_dir
     return str(ext / "candidate.py") if ext is not None else None
 

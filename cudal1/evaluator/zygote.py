@@ -8,7 +8,7 @@ runs untrusted code and never touches a GPU: CUDA is initialised by each child, 
 becomes exactly what ``python -m cudal1.evaluator.worker_main`` under ``subprocess.Popen`` would be: its own
 session, stdin /dev/null, stdout and stderr to its log, only the descriptors it was given, its
 directory, its environment and (as root) a fresh uid whose only other group is its candidate's build
-folder's (:mod:`cudal1.evaluator.folders`), set before any of its code runs.
+folder's (:mod:`cudal1.evaluator.sandbox`), set before any of its code runs.
 
 Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups) with
 the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
@@ -38,8 +38,7 @@ from typing import Any
 import torch  # noqa: F401 - the point: every child starts with torch imported
 
 from cudal1.evaluator import worker_main
-from cudal1.evaluator.cores import set_affinity, spare_cores
-from cudal1.evaluator.folders import SHARED_UMASK
+from cudal1.evaluator.sandbox import SHARED_UMASK, set_affinity, spare_cores
 
 # Imported once here, after the worker module (which takes torch.manual_seed before torch._dynamo wraps it):
 # most of torch.compile's start in each compiling worker (on the CPU machine a cached compile went from
@@ -166,11 +165,11 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the worker's own directory: re-read it
         if request.get("nice"):
-            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (cores.timed_core)
+            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])  # before the worker reads it (sandbox.timed_core)
         uid = request.get("uid")
         if uid is not None:
             groups = [int(g) for g in request.get("groups") or []]
-            os.setgroups(groups)  # its candidate's build folder's group alone (folders.py)
+            os.setgroups(groups)  # its candidate's build folder's group alone (sandbox.py)
             if groups:
                 os.umask(SHARED_UMASK)
             os.setgid(uid)

@@ -109,7 +109,7 @@ class CompletionCache:
 
 
 def device_names(devices: Sequence[str]) -> set[str]:
-    from cudal1.evaluator.core import device_name
+    from cudal1.evaluator.workers import device_name
 
     return {device_name(d) for d in devices}
 

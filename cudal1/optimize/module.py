@@ -19,7 +19,8 @@ from pathlib import Path
 
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.process import WorkerFailure
-from cudal1.evaluator.workers import ReferenceError, ReferenceSession, new_seed
+from cudal1.evaluator.references import ReferenceError, ReferenceSession
+from cudal1.evaluator.workers import new_seed
 from cudal1.problems import Problem
 
 ADAPTER_HEADER = "\n\n# ---- cudal1 optimize: the names the evaluator calls ----\n"

@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 from cudal1.candidates import Candidate, Evaluation
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.kept import KEEP, KeptReferences
+from cudal1.evaluator.references import KEEP, KeptReferences
 from cudal1.problems import Problem
 
 
 class StageEvaluator:
     """``cudal1.evaluator.evaluate_many`` as an ``EvaluateFn``. No results file: the candidate pool is the
     learning stages' cache (saved after every batch), so a batch is never measured twice. The problems'
-    reference workers stay warm from one call to the next (``keep`` of them, kept.py): a stage evaluates
+    reference workers stay warm from one call to the next (``keep`` of them, references.KeptReferences): a stage evaluates
     the same problems call after call. ``close`` ends them (at exit too)."""
 
     def __init__(self, config: EvalConfig, devices: Sequence[str] = ("cpu",), keep: int = KEEP) -> None:

@@ -76,7 +76,7 @@ GPU_CASES: list[GpuCase] = [
     GpuCase("hacks/reference_sabotage_spin_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
             max_speedup=HONEST),
     # a hidden thread that launches a long kernel just after the candidate's batch: the candidate drains its
-    # device and is stopped while the reference is timed (EvalConfig.quiet_candidate)
+    # device and is stopped while the reference is timed (trials._time_reference)
     GpuCase("late_kernel_hidden", "gpu_diag_matmul", "#10", REJECTED, dynamic=HONEST_OR_REJECTED,
             max_speedup=HONEST),
     # a hidden thread that holds the GIL while the worker answers the drain, keeping it from its stop: its
@@ -106,9 +106,9 @@ def load_candidate(case: GpuCase) -> Candidate:
 
 
 @pytest.fixture(scope="module")
-def config(gpu_options: dict[str, Any]) -> EvalConfig:
+def config() -> EvalConfig:
     return EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20,
-                      run_timeout_s=60, build_timeout_s=300, **gpu_options)
+                      run_timeout_s=60, build_timeout_s=300)
 
 
 _CACHE: dict[tuple[str, bool], Evaluation] = {}

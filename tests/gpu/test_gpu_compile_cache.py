@@ -13,7 +13,6 @@ Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -73,14 +72,14 @@ class ModelNew(nn.Module):
 """
 
 
-def _setup(gpu_options: dict[str, Any]) -> tuple[Problem, Candidate, EvalConfig]:
+def _setup() -> tuple[Problem, Candidate, EvalConfig]:
     problem = Problem("gpu-compile_cache", 1, "compile_cache", REFERENCE, suite="test")
-    config = EvalConfig(device="cuda:0", correctness_trials=2, recheck_above=None, **gpu_options)
+    config = EvalConfig(device="cuda:0", correctness_trials=2, recheck_above=None)
     return problem, Candidate(problem.problem_id, CANDIDATE), config
 
 
-def test_the_timed_worker_reads_the_graphs_its_warm_up_compiled(ext_root: Path, gpu_options: dict[str, Any]) -> None:
-    problem, candidate, config = _setup(gpu_options)
+def test_the_timed_worker_reads_the_graphs_its_warm_up_compiled(ext_root: Path) -> None:
+    problem, candidate, config = _setup()
     (result,) = evaluate_many([problem], [candidate], config, devices=["cuda:0"], extensions_root=ext_root)
     assert result.status is Status.OK, (result.status, result.reason)
     assert result.extra.get("prebuild_s", 0.0) > 0.0, result.extra  # a build worker warmed it up first
@@ -89,7 +88,7 @@ def test_the_timed_worker_reads_the_graphs_its_warm_up_compiled(ext_root: Path, 
 
 
 def test_without_the_warm_up_the_same_program_compiles_afresh_and_is_found_out(
-        ext_root: Path, gpu_options: dict[str, Any]) -> None:
-    problem, candidate, config = _setup(gpu_options)
+        ext_root: Path) -> None:
+    problem, candidate, config = _setup()
     result = evaluate_candidate(problem, candidate, config, extensions_root=ext_root)
     assert result.status is Status.INCORRECT, (result.status, result.reason)

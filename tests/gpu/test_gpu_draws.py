@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import device_draws
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.core import evaluate_candidate
-from cudal1.evaluator.graphed import CountedInputs
+from cudal1.evaluator.inputs import CountedInputs
 from cudal1.evaluator.worker import Worker
 from cudal1.evaluator.workers import draws_path
 from cudal1.problems import Problem, load_starter_suite
@@ -47,13 +46,13 @@ def get_init_inputs():
 '''
 
 
-def _worker(source: str, draws: bool = True) -> Worker:
+def _worker(source: str) -> Worker:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "reference.py"
         path.write_text(source)
         worker = Worker("cuda:0", 1, flush_l2=True)
-        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0, "graph_inputs": True,
-                             "device_draws": draws_path(EvalConfig(device="cuda:0", device_draws=draws))})
+        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0,
+                             "device_draws": draws_path(EvalConfig(device="cuda:0"))})
         assert reply["ok"], reply
     return worker
 
@@ -103,10 +102,10 @@ def test_a_draw_outside_the_kernels_keeps_torchs_generators() -> None:
 
 
 @pytest.mark.parametrize("problem", load_starter_suite()[:8], ids=lambda p: p.problem_id)
-def test_starter_problems_evaluate_on_the_kernels_draws(problem: Problem, gpu_options: dict[str, Any]) -> None:
+def test_starter_problems_evaluate_on_the_kernels_draws(problem: Problem) -> None:
     """A problem's own reference as the candidate: ok near 1x, timed on the kernels' draws wherever its
     get_inputs is factory draws."""
-    config = EvalConfig(device="cuda:0", timing_trials=3, remeasure=0, run_timeout_s=60, build_timeout_s=300, **gpu_options)
+    config = EvalConfig(device="cuda:0", timing_trials=3, remeasure=0, run_timeout_s=60, build_timeout_s=300)
     candidate = Candidate(problem.problem_id, problem.source.replace("class Model(", "class ModelNew("), "test")
     evaluation = evaluate_candidate(problem, candidate, config)
     assert evaluation.status == Status.OK, evaluation.error

@@ -1,4 +1,4 @@
-"""The reference's wait for an idle device (cudal1/evaluator/idle_device.py) on a real GPU. With nothing
+"""The reference's wait for an idle device (cudal1/evaluator/timed.py, IdleDevice) on a real GPU. With nothing
 else on the device its probe answers within a few tens of microseconds; with another process's kernels
 on it, a probe waits for a time slice and the wait lasts until they are done; an honest evaluation never
 waits. Each test prints the probe's answers, the figures its thresholds rest on (run with ``-s``).
@@ -13,14 +13,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig, evaluate_candidate
-from cudal1.evaluator.idle_device import BUSY_MS, FLOOR_US, IdleDevice
+from cudal1.evaluator.timed import BUSY_MS, FLOOR_US, IdleDevice
 from cudal1.problems import Problem
 
 pytestmark = [
@@ -87,13 +86,12 @@ def test_another_process_kernels_keep_the_device_busy_until_they_are_done() -> N
     assert not settled["device_busy"] and settled["device_wait_ms"] > max(300.0, BUSY_MS), settled
 
 
-def test_an_honest_evaluation_waits_for_no_device(gpu_options: dict[str, Any]) -> None:
+def test_an_honest_evaluation_waits_for_no_device() -> None:
     """The reference against itself: the candidate's worker drained its device before it stopped, so the
     reference's worker finds it idle before every batch."""
     source = (Path(__file__).parent / "fixtures" / "problems" / "gpu_diag_matmul.py").read_text()
     problem = Problem("idle-gpu_diag_matmul", 1, "gpu_diag_matmul", source, suite="adversarial-gpu")
-    config = EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20, run_timeout_s=60,
-                        **gpu_options)
+    config = EvalConfig(device="cuda:0", correctness_trials=3, timing_trials=5, target_trial_ms=20, run_timeout_s=60)
     control = Candidate(problem.problem_id, source.replace("class Model(", "class ModelNew("), origin="control")
     evaluation = evaluate_candidate(problem, control, config)
     print(f"honest evaluation: {evaluation.status.value} {evaluation.speedup} device_wait_ms "

@@ -14,7 +14,7 @@ import torch
 
 from cudal1.evaluator.config import EvalConfig
 from cudal1.evaluator.fingerprints import Fingerprints
-from cudal1.evaluator.graphed import CountedInputs
+from cudal1.evaluator.inputs import CountedInputs
 from cudal1.evaluator.worker import Worker
 from cudal1.evaluator.workers import draws_path
 
@@ -46,8 +46,8 @@ def _worker(kind: str, n: int) -> Worker:
         path = Path(tmp) / "reference.py"
         path.write_text(SOURCE.replace("{kind}", kind).replace("{n}", str(n)))
         worker = Worker("cuda:0", 1, flush_l2=True)
-        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0, "graph_inputs": True,
-                             "device_draws": draws_path(EvalConfig(device="cuda:0", device_draws=True))})
+        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0,
+                             "device_draws": draws_path(EvalConfig(device="cuda:0"))})
         assert reply["ok"], reply
     return worker
 

@@ -1,4 +1,4 @@
-"""On the device: a reference worker kept from one reward-shaped batch to the next (kept.py) serves the next
+"""On the device: a reference worker kept from one reward-shaped batch to the next (references.KeptReferences) serves the next
 call on the GPU with the same verdicts, and a candidate that cheats is still caught against it.
 
 Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
@@ -12,7 +12,7 @@ import torch
 from cudal1.candidates import Candidate, Status
 from cudal1.evaluator import EvalConfig
 from cudal1.evaluator.batch import evaluate_many
-from cudal1.evaluator.kept import KeptReferences
+from cudal1.evaluator.references import KeptReferences
 from cudal1.problems import load_starter_suite
 
 pytestmark = [

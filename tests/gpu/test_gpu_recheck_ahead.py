@@ -7,7 +7,6 @@ Run on the device machine: ``PYTHONPATH=. python -m pytest -m gpu tests/gpu``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -24,10 +23,10 @@ pytestmark = [
 ]
 
 
-def test_a_foretold_re_check_runs_in_the_worker_loaded_ahead_on_the_gpu(tmp_path: Path, gpu_options: dict[str, Any]) -> None:
+def test_a_foretold_re_check_runs_in_the_worker_loaded_ahead_on_the_gpu(tmp_path: Path) -> None:
     problems = [p for p in load_starter_suite() if p.name in ("Diag_matmul", "Square_matmul", "GELU")]
     candidates = [Candidate(p.problem_id, template_source(p, "baseline"), origin="control") for p in problems]
-    config = EvalConfig(device="cuda:0", recheck_above=0.0, **gpu_options)  # every ok speedup is re-checked
+    config = EvalConfig(device="cuda:0", recheck_above=0.0)  # every ok speedup is re-checked
     first = evaluate_many(problems, candidates, config, results_path=tmp_path / "first.jsonl")
     second = evaluate_many(problems, candidates, config, results_path=tmp_path / "second.jsonl",
                            history=load_evaluations(tmp_path / "first.jsonl"))

@@ -26,12 +26,16 @@ pytestmark = [
 ]
 
 
-def _worker(source: str) -> Worker:
+def _worker(source: str, graphed: bool = False) -> Worker:
+    """A reference worker on the GPU; ``graphed``: as loaded, with its input graph, else on the eager
+    draws (the graph dropped, as where it cannot be captured)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "reference.py"
         path.write_text(source)
         worker = Worker("cuda:0", 1, flush_l2=True)
         assert worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0})["ok"]
+    if not graphed:
+        worker.graphed = None
     return worker
 
 
@@ -82,33 +86,25 @@ def test_device_fingerprints_do_not_depend_on_the_layout() -> None:
     assert compare_fingerprints(base, fingerprint([x.transpose(2, 3).contiguous()], 77, key=3), ["float32"], cfg)
 
 
-def test_timed_batch_reports_one_time_per_call_on_either_clock() -> None:
+def test_timed_batch_reports_one_time_per_call() -> None:
     problem = load_starter_suite()[0]
     worker = _worker(problem.source)
     seeds = list(range(40))
     host = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": seeds, "spot": [], "print_key": 9})
-    assert host["ms"] == host["host_ms"] and len(host["ms"]) == len(seeds)  # the default clock is the host's
+    assert len(host["ms"]) == len(seeds) and statistics.median(host["ms"]) > 0  # the host's clock, per call
     spot_path = Path(tempfile.mkdtemp()) / "spot.pt"
     reply = worker.time_trial({"cmd": "time", "warmup_seeds": [1], "seeds": seeds, "spot": [3], "print_key": 9,
-                               "spot_path": str(spot_path), "clock": "events"})
+                               "spot_path": str(spot_path)})
     assert reply["ok"] and not reply["problems"]
     assert len(reply["ms"]) == len(seeds) == len(reply["fingerprints"])
-    # The events bracket the host's clock around the same call (both end after the device-wide sync).
-    assert all(abs(ms - host) < 0.2 + 0.1 * host for ms, host in zip(reply["ms"], reply["host_ms"]))
     assert statistics.median(reply["ms"]) > 0
-    assert host["fingerprints"] == reply["fingerprints"]  # the clock changes nothing else
+    assert host["fingerprints"] == reply["fingerprints"]  # a spot check changes nothing else
     again = worker.time_trial({"cmd": "time", "warmup_seeds": [], "seeds": seeds, "spot": [], "print_key": 9})
     assert again["fingerprints"] == reply["fingerprints"]  # deterministic given the seeds and key
 
 
 def _graphed_worker(source: str) -> Worker:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "reference.py"
-        path.write_text(source)
-        worker = Worker("cuda:0", 1, flush_l2=True)
-        reply = worker.load({"role": "reference", "reference_path": str(path), "init_seed": 0, "graph_inputs": True})
-        assert reply["ok"]
-    return worker
+    return _worker(source, graphed=True)
 
 
 @pytest.mark.parametrize("problem", load_starter_suite()[:8], ids=lambda p: p.problem_id)
@@ -164,13 +160,13 @@ def _break_default_generator() -> None:
         torch.randn(4, device="cuda")
 
 
-@pytest.mark.parametrize("graph_inputs", [True, False], ids=["graph", "eager"])
-def test_inputs_survive_a_programs_failed_capture(graph_inputs: bool) -> None:
+@pytest.mark.parametrize("graphed", [True, False], ids=["graph", "eager"])
+def test_inputs_survive_a_programs_failed_capture(graphed: bool) -> None:
     """The harness draws from a generator of its own, so a program that breaks the default one still gets
     the same inputs, and the default generator is left where get_inputs would leave it."""
     problem = load_starter_suite()[0]
-    worker = _graphed_worker(problem.source) if graph_inputs else _worker(problem.source)
-    assert worker.plan is not None and (worker.graphed is not None) == graph_inputs
+    worker = _graphed_worker(problem.source) if graphed else _worker(problem.source)
+    assert worker.plan is not None and (worker.graphed is not None) == graphed
     default = worker.default_generator
     assert default is not None and worker.generator is not default
 

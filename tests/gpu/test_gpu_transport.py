@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cudal1.evaluator import EvalConfig
-from cudal1.evaluator.core import ReferenceSession
+from cudal1.evaluator.references import ReferenceSession
 from cudal1.evaluator.transport import TransportError, receive
 from cudal1.problems import Problem
 
