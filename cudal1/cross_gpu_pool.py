@@ -52,7 +52,7 @@ def names_kind(gpu_kind: str, device_name: str) -> bool:
 def check_devices(gpu_kind: str, devices: Sequence[str]) -> None:
     """Refuse a pool's run on a GPU of another kind: its measurements would be recorded as the pool's
     (a run of an H200 pool on an H100 measured 129 evaluations there before this
-    check, docs/gpu-runs.md#2026-11-25-wrong-kind)."""
+    check, docs/gpu-runs.md at 88f971b, 2026-11-25-wrong-kind)."""
     from cudal1.evaluator.workers import device_name
 
     names = {d: device_name(d) for d in devices if d.startswith("cuda")}

@@ -13,7 +13,7 @@ _BUFFERED = frozenset({io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom})
 def skip_final_collection() -> None:
     """Called as a command's process ends (a stage's ``main``, the ``cudal1`` CLI): the interpreter's last
     garbage collections over the heap that Prefect, MLflow, SQLAlchemy and torch leave behind took 2-4 s of
-    CPU per stage on the 2-core machine (docs/pipeline.md, "What we learned"), for memory the OS takes back
+    CPU per stage on the 2-core machine (docs/pipeline.md at 88f971b, "What we learned"), for memory the OS takes back
     anyway. From the first exit handler on (after the interpreter has joined the threads still running),
     the heap is frozen and never collected; the rest of the exit runs as usual: the other atexit handlers
     (Prefect's log and event workers drain there), and objects freed by their reference counts, files

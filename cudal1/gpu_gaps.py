@@ -95,7 +95,7 @@ def _launches(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, re
     graph: its device work, input copies included, without the host's launches) and the reference's eager
     time moved more than that work did: the rest of its move is in its launches, paced by the host. The
     recurrent references replay as a graph in a fifth of their eager time, and on one H100 their eager
-    calls moved by 27-40% while the replays held within 1% (docs/gpu-runs.md#2026-11-27-graph-levels), so
+    calls moved by 27-40% while the replays held within 1% (docs/gpu-runs.md at 88f971b, 2026-11-27-graph-levels), so
     a gain that looks like memory's can be the host's.
 
     >>> a = {"reference_ms": 71.6, "cuda_graph_ms": 8.62}

@@ -160,7 +160,7 @@ CASES: list[Case] = [
     Case("hacks/num_threads_hidden.py", "matmul", "#28", REJECTED, dynamic=REJECTED, passes_naive=True),
     Case("hacks/fork_helper_hidden.py", "diag_matmul", "#2", CAUGHT, dynamic=CAUGHT, passes_naive=True,
          naive_candidate_first=True, naive_races=True),
-    # found by the sandbox's uid only (docs/evaluator.md, "Limits we know of"): without root, the dynamic layer
+    # found by the sandbox's uid only (docs/evaluator.md at 88f971b, "Limits we know of"): without root, the dynamic layer
     # may measure it (ok, its trials set aside as contended)
     Case("hacks/detached_helper_hidden.py", "scale_shift", "#2", REJECTED,
          dynamic=REJECTED if sandbox_available() else frozenset({Status.OK, Status.REJECTED}),
@@ -404,7 +404,7 @@ def test_reference_as_its_own_candidate_is_not_faster(stem: str, config: EvalCon
 
     # Load on the *other* core (CI's parallel test workers) slows a memory-bound kernel of 0.07 ms with no
     # run-queue wait to see: the cache and memory bandwidth are shared. One CI evaluation of scale_shift
-    # read 0.555x, unflagged, over three consistent trials (docs/evaluator.md, "Limits we know of"). A
+    # read 0.555x, unflagged, over three consistent trials (docs/evaluator.md at 88f971b, "Limits we know of"). A
     # bias is in every evaluation, a burst of load in one: where the first strays, the middle of three
     # decides.
     evaluations = [control()]

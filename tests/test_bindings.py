@@ -1,6 +1,6 @@
 """The static reading of load_inline calls (cudal1.evaluator.bindings): checked against the compiler
 itself on this machine, and against the CUDA-L1 h100 release, whose builds failed on the H100
-(docs/gpu-runs.md#2026-11-23-release-210)."""
+(docs/gpu-runs.md at 88f971b, 2026-11-23-release-210)."""
 
 from __future__ import annotations
 

@@ -359,7 +359,7 @@ def get_init_inputs():
 
 # Honest and faster (one tanh instead of thirty), but its first call after a pause tunes itself for
 # 0.4 s, as a cudnn.benchmark program did on its first call of each batch on the H100
-# (docs/gpu-runs.md#2026-11-23-release-210).
+# (docs/gpu-runs.md at 88f971b, 2026-11-23-release-210).
 TUNES_ON_FIRST_CALL = '''
 import time
 import torch

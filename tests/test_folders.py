@@ -1,7 +1,7 @@
 """Two sandboxed workers of one candidate share its build folder (cudal1/evaluator/sandbox.py): each takes
 the folder at its start, and the other still writes there, in what was there before and in what the
 other made since. On two H100s a re-check's second worker took the folder from the first, whose
-torch.compile program then failed its first call with PermissionError (docs/gpu-runs.md#2026-11-27-twin-folders).
+torch.compile program then failed its first call with PermissionError (docs/gpu-runs.md at 88f971b, 2026-11-27-twin-folders).
 The writes here are the workers' own (their `probe` command saves a tensor where it is told)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A parent told to stop (SIGTERM) kills its workers and the builds they started before it ends, where
 before they ran on: a killed run's compile, still writing a program's build folder when the next run built
-the same program there, damaged ninja's log (docs/gpu-runs.md#2026-11-29-one-host-release)."""
+the same program there, damaged ninja's log (docs/gpu-runs.md at 88f971b, 2026-11-29-one-host-release)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Calls per trial read again from the first trial (trials._pairs, RECALIBRATE): the two-call calibration
 reads each side's cost from one or two calls, so one stall there left 0.1 ms kernels 3-14 calls a trial
-on the GPU (docs/gpu-runs.md#2026-11-29-fast-core-release). The trials here are scripted: what is tested
+on the GPU (docs/gpu-runs.md at 88f971b, 2026-11-29-fast-core-release). The trials here are scripted: what is tested
 is which trials are kept and at how many calls, not a measurement."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_a_re_measurement_out_of_memory_runs_again_with_the_reference_worker_sto
 
 
 @pytest.mark.parametrize(("measurements", "kept"), [
-    # L2-83 on an H100 (docs/gpu-runs.md#2026-11-27-twin-folders): no two agree, each far above 3x
+    # L2-83 on an H100 (docs/gpu-runs.md at 88f971b, 2026-11-27-twin-folders): no two agree, each far above 3x
     ([(74.75, 65.79, 82.17), (51.76, 50.77, 53.16), (60.62, 59.35, 61.81)], 51.76),
     # fast once, then not: rejected, as before
     ([(10.0, 9.8, 10.2), (2.0, 1.9, 2.1), (5.0, 4.9, 5.1)], None),

@@ -1,7 +1,7 @@
 """WorkerProcess.wait_asleep: the parent reads a candidate's CPU over the reference's warm-up only once the
 candidate's worker is back in its wait for a command. A worker continued after a stop (SIGCONT) runs for
 0.3-2.4 ms on its way back there; read at once, that tail rejected honest programs for "a thread left
-running" (docs/evaluator.md, "An honest program rejected for its own wake-up")."""
+running" (docs/evaluator.md at 88f971b, "An honest program rejected for its own wake-up")."""
 
 from __future__ import annotations
 

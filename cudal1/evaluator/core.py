@@ -212,7 +212,7 @@ def static_verdict(problem: Problem, candidate: Candidate, config: EvalConfig) -
     error: ``compile_error``; a rejected construct: ``rejected``), or None where they do not. A batch
     records these before its device loops start, with no worker, no build and no device time: in an RL
     reward call 12-14 of 18 completions were syntax errors, and each had cost a worker started and closed
-    on the device loop's path (docs/evaluator.md, "Static verdicts before the device loop")."""
+    on the device loop's path (docs/evaluator.md at 88f971b, "Static verdicts before the device loop")."""
     if not config.static_checks:
         return None
     settled = _settled(_base(problem, candidate, config), candidate.source, time.perf_counter())

@@ -55,7 +55,7 @@ __device__ __forceinline__ void put(void* out, long long i, T value, int dtype) 
 
 // The values one Philox block gives: two Box-Muller pairs (both outputs of each), four uniforms on a 32-bit
 // word each, or two float64 or integer values on two words each. One value per block, as this kernel drew
-// before, spent 2.8x torch's normal_ on 64M float32 values (docs/gpu-runs.md#2026-12-02-batch-profile).
+// before, spent 2.8x torch's normal_ on 64M float32 values (docs/gpu-runs.md at 88f971b, 2026-12-02-batch-profile).
 __device__ __forceinline__ int per_block(int kind, int dtype) { return (dtype == F64 || kind == INTEGER) ? 2 : 4; }
 
 template <typename T>
@@ -165,7 +165,7 @@ extern "C" __global__ void cudal1_sums(const void* x, int dtype, long long n, co
   const long long base = row * n, shift = offsets[row];
   double s = 0, l1 = 0, ws = 0, sq = 0;
   // (e / stride) % size carried from one grid step to the next: a 64-bit division and modulo per element
-  // cost a quarter of this kernel's device time on large outputs (docs/gpu-runs.md#2026-12-02-batch-profile)
+  // cost a quarter of this kernel's device time on large outputs (docs/gpu-runs.md at 88f971b, 2026-12-02-batch-profile)
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
   const long long step_r = step % stride, step_q = (step / stride) % size;
   long long r = first % stride, q = (first / stride) % size;  // e % stride, (e / stride) % size

@@ -38,7 +38,7 @@ class Fingerprints:
     own memory order, so that the copy costs what a plain copy costs whatever the layout (a
     channels_last or transposed output copied into logical order ran a permuting copy every call: time
     the candidate's batch paid and the reference's did not, which the wall-clock cross-check read as a
-    forged clock; L1-59/62/63/81, docs/evaluator.md). The sums of all
+    forged clock; L1-59/62/63/81, docs/evaluator.md at 88f971b). The sums of all
     staged calls are taken together (a handful of launches per batch instead of per call) when the
     buffer is full, when the outputs' layout changes, and in ``values``, which reads everything back in
     one copy. Outputs too large to stage twice within ``stage_bytes`` are staged and summed one call at a time.

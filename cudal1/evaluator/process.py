@@ -346,7 +346,7 @@ class WorkerProcess:
         """Wait until /proc shows the worker's main thread asleep (its wait for the next command). A worker
         just continued after a stop (SIGCONT) runs its way back there for 0.3-2.4 ms of CPU; read over the
         reference's warm-up that followed at once, that tail made an honest program look like one that left
-        a thread running (docs/evaluator.md, "An honest program rejected for its own wake-up"). Bounded: a
+        a thread running (docs/evaluator.md at 88f971b, "An honest program rejected for its own wake-up"). Bounded: a
         worker kept from its wait (a thread holding the GIL) is read as it is, and its CPU counts. False when
         it did not fall asleep in time, is gone, or /proc is absent."""
         return reaches_state(self.pid, ("S",), timeout_s)

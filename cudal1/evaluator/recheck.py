@@ -153,7 +153,7 @@ def confirm(first: Evaluation, problem: Problem, candidate: Candidate, config: E
     Near its tolerance, each time with fresh weights (a new reference session: a new init seed for the
     reference and the candidate alike). L2-27's error is set by its weights: within one run its first
     process and a fresh one read 0.9268 and 0.9264 of its limit, while runs (each with its own init seed)
-    read 0.87-0.97 or failed at 1.03-1.29, passing 7 of 15 (docs/evaluator.md, "A pass near its tolerance
+    read 0.87-0.97 or failed at 1.03-1.29, passing 7 of 15 (docs/evaluator.md at 88f971b, "A pass near its tolerance
     is confirmed"). More draws, or processes, on the same weights cannot make such a verdict repeat; more
     weights make it the same in every run.
 

@@ -4,7 +4,7 @@ what sets a trial aside: how long a timed worker waited for its core while anoth
 **Contended trials.** On a shared CPU another process on the timed worker's core takes time slices in the
 middle of its calls: on the 2-core CI machine, with three test workers, the reference evaluated against
 itself read 0.38x over three consistent trials, each call stretched by a slice given to someone else
-(docs/evaluator.md, "Contended trials"). The parent reads ``/proc/<pid>/task/<tid>/schedstat`` (CPU time
+(docs/evaluator.md at 88f971b, "Contended trials"). The parent reads ``/proc/<pid>/task/<tid>/schedstat`` (CPU time
 and run-queue wait in nanoseconds, kept by the kernel: the worker cannot shape them) around each timed
 batch (:func:`sample`). Only waiting caused by *other* processes counts: the CPU time the worker's own other
 threads used in the batch is subtracted from its main thread's wait. Its threads share the main thread's

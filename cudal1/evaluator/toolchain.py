@@ -19,11 +19,11 @@ and what the evaluator remembers (extensions.py).
 run builds the same program) leave records out of order; ninja then finds the object out of date and
 compiles it again, and on ninja 1.13 the log stays damaged, so every load of that program compiles again,
 for good, with the device waiting behind it. Removing the damaged log makes the next build compile once
-and write it afresh (docs/evaluator.md, "Builds done again").
+and write it afresh (docs/evaluator.md at 88f971b, "Builds done again").
 
 **Precompiled torch header.** Every inline extension compiles a ``main.cpp`` that starts with
 ``#include <torch/extension.h>``, the whole C++ API: about 20 s of parsing on one core, a fifth of a
-CUDA-L1 program's build CPU, paid again by every build (docs/evaluator.md, "Precompiled torch header").
+CUDA-L1 program's build CPU, paid again by every build (docs/evaluator.md at 88f971b, "Precompiled torch header").
 The batch's parent compiles the header once, with the flags torch itself gives such a ``main.cpp`` (read
 from the ``build.ninja`` torch writes for an empty extension), into
 ``<extensions root>/.pch/torch/extension.h.gch/``. Every worker's ``CPATH`` names ``<extensions

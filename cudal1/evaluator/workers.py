@@ -157,7 +157,7 @@ def _probe_fd_transport(device: str) -> bool:
 def cpu_core_for(problem: Problem, config: EvalConfig) -> int | None:
     """The core a problem's timed workers share on a CPU device (single-threaded programs only): measured
     on the 2-core machine, the reference evaluated against itself under three busy loops came out
-    0.57x [0.52, 0.61] with the two workers left to the scheduler (docs/evaluator.md). Spread over the
+    0.57x [0.52, 0.61] with the two workers left to the scheduler (docs/evaluator.md at 88f971b). Spread over the
     cores this process may use by the problem's hash and this process's id, so that problems, and two
     evaluators of one problem (parallel test workers), do not all land on one core."""
     if config.is_cuda or config.cpu_threads != 1 or not hasattr(os, "sched_getaffinity"):

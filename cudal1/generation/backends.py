@@ -21,7 +21,7 @@ def cpu_cache(device: str) -> str | None:
     """The key/value cache ``model.generate`` uses on ``device``: on a CPU a static one, written in place
     (transformers' default concatenates every layer's keys and values at every new token: one RL epoch's
     60 sequences of the 4x256 policy decoded at 107-128 ms a token with it, 43-51 ms with a static cache;
-    docs/learning.md, "On a CPU a decode step was mostly the key/value cache's copy"). Elsewhere the
+    docs/learning.md at 88f971b, "On a CPU a decode step was mostly the key/value cache's copy"). Elsewhere the
     library's default."""
     return "static" if device == "cpu" else None
 

@@ -1,6 +1,6 @@
 """Read a model response: the three protocol sections, the program, and what is wrong with the format.
 
-Decisions (documented in docs/learning.md):
+Decisions (documented in docs/learning.md at 88f971b):
 - Several fenced blocks: the **last** block inside ``## Code Implementation`` is the program (or the last
   block of the response when that section is missing). Models draft, then revise; the protocol puts the
   final program last. The choice is recorded as a non-fatal format error.

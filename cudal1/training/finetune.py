@@ -58,7 +58,7 @@ def one_gpu_per_process() -> None:
         raise RuntimeError(
             f"{visible} GPUs are visible to this training process, and TRL trains on one GPU per process. "
             "Make one visible (CUDA_VISIBLE_DEVICES=0), or train on all of them with "
-            "`accelerate launch -m cudal1.training.launch sft` (or `rl`; docs/learning.md, \"Scaling past one GPU\").")
+            "`accelerate launch -m cudal1.training.launch sft` (or `rl`; docs/guides/gpu.md, \"Several GPUs for training\").")
 
 
 POINTER = "policy.json"  # a policy stage that names a hub id or an outside folder writes only this
@@ -135,7 +135,7 @@ def completion_head_trainer() -> type:
     """TRL's SFTTrainer with its loss computed by :func:`completion_logits`: the same mean negative
     log-likelihood over completion tokens (the same losses step for step, tests/learning/test_sft_loss.py),
     with entropy and token accuracy logged as TRL logs them. On the 2-core CPU it trained the default SFT
-    stage in 127.5-138.5 s against 182.6 s (docs/learning.md, "On a CPU, SFT's time was TRL's LM head over
+    stage in 127.5-138.5 s against 182.6 s (docs/learning.md at 88f971b, "On a CPU, SFT's time was TRL's LM head over
     the prompts")."""
     import torch
     from trl import SFTTrainer
@@ -214,7 +214,7 @@ def finetune(
     # Under mixed precision accelerate wraps the model's forward in autocast. A caller that generates with the
     # model afterwards generated under it: the next self-supervised round wrote bf16 keys into its float32
     # static cache on a CPU, and learning_gpu.py's RL epoch generated in 6.4-8.6 s against 0.67-0.95 s on an
-    # H200 (docs/gpu-runs.md#2026-12-02-rl-unwrap)
+    # H200 (docs/gpu-runs.md at 88f971b, 2026-12-02-rl-unwrap)
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()

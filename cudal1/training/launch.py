@@ -8,7 +8,7 @@ distributed state up from the launcher's environment):
 Inputs and outputs are those of the params sections (paths relative to the params file). Only the main
 process writes files. In ``rl`` every process evaluates its own share of the completions on its own
 device (``cuda:<LOCAL_RANK>`` when the section's devices are CUDA) and keeps its own pool; the main
-process's pool is the one saved (docs/learning.md, "Scaling past one GPU").
+process's pool is the one saved (docs/guides/gpu.md, "Several GPUs for training").
 """
 
 from __future__ import annotations

@@ -114,8 +114,8 @@ def check_vllm(settings: RLSettings) -> None:
         return
     if importlib.util.find_spec("vllm") is None:
         raise RuntimeError("contrastive_rl.use_vllm is true but vllm is not installed where the trainer runs: run "
-                           "`python -m cudal1.training.launch rl` in an environment with vllm (docs/learning.md, "
-                           "\"Generation with vLLM\"), or set use_vllm: false")
+                           "`python -m cudal1.training.launch rl` in an environment with vllm (docs/guides/gpu.md, "
+                           "\"Several GPUs for training\"), or set use_vllm: false")
     if not torch.cuda.is_available():
         raise RuntimeError("contrastive_rl.use_vllm is true but no CUDA GPU is visible: vLLM generates on GPUs "
                            "only; set use_vllm: false on a CPU")

@@ -1,6 +1,6 @@
 """Settings of the learning stages: one frozen dataclass per ``params.yaml`` section (``policy``, ``sft``,
 ``self_supervised``, ``contrastive_rl``), validated on construction with messages that say how to fix
-the value. Defaults are the embedded CPU configuration measured in docs/learning.md."""
+the value. Defaults are the embedded CPU configuration measured in docs/learning.md at 88f971b."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class FinetuneSettings:
     # The matmuls' precision while training (the weights stay float32): "auto" is bf16 autocast on a CPU that
     # computes bf16 natively (oneDNN: AVX512-BF16 or AMX) and float32 on one that does not, the trainer's own
     # default on a GPU; "fp32" or "bf16" force it. On a 2-core AVX512-BF16 CPU the default SFT trained in
-    # 40.3 s against 61.3 s (docs/learning.md, "bf16 autocast on a CPU that has it").
+    # 40.3 s against 61.3 s (docs/learning.md at 88f971b, "bf16 autocast on a CPU that has it").
     precision: str = "auto"
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class RLSettings:
     # True: epoch e samples its completions with seed + e. False: every epoch samples with the same seed
     # (common random numbers), so an epoch's completions differ from the previous epoch's only where the
     # policy changed: with 60 completions an epoch, fresh draws moved a frozen policy's success rate by up
-    # to 20 points between epochs, more than any update did (docs/learning.md, experiments R).
+    # to 20 points between epochs, more than any update did (docs/learning.md at 88f971b, experiments R).
     redraw_samples: bool = True
     num_generations: int = 4  # G: completions per prompt (the normalisation group)
     # Prompts per optimisation step (G completions each). Lowered to a divisor of the epoch's prompt count
@@ -156,7 +156,7 @@ class RLSettings:
     gradient_checkpointing: bool = False  # memory for time, for large policies
     seed: int = 0  # sampling and exemplar draws
     prompts: PromptSettings = PromptSettings()  # how the prompts' exemplars are drawn
-    # Generation through TRL's vLLM integration instead of model.generate (docs/learning.md, "Generation with
+    # Generation through TRL's vLLM integration instead of model.generate (docs/learning.md at 88f971b, "Generation with
     # vLLM"): off by default, as on CPU. "server": completions come from a `trl vllm-serve` process at
     # vllm_server_host:vllm_server_port, which receives the policy's weights after each step; "colocate":
     # vLLM runs inside the trainer's process, on its GPU, with this fraction of the GPU's memory.

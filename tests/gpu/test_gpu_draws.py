@@ -112,7 +112,7 @@ def test_starter_problems_evaluate_on_the_kernels_draws(problem: Problem) -> Non
     plan = _worker(problem.source).plan
     assert ("device_draws" in evaluation.flags) == (plan is not None)
     # the figures that say why a reading is off (pytest's repr of the evaluation cuts them): one H100 read
-    # starter-L1-1 (a 256 x 256 matmul, launch-bound) at 0.45x here once, 2026-11-28 (docs/gpu-runs.md)
+    # starter-L1-1 (a 256 x 256 matmul, launch-bound) at 0.45x here once, 2026-11-28 (docs/gpu-runs.md at 88f971b)
     why = {k: evaluation.extra.get(k) for k in ("trial_ms", "trial_pace_ms", "contended_trials", "iters_per_trial")}
     assert 0.5 < (evaluation.speedup or 0) < 2.0, f"{evaluation.speedup}x, flags {evaluation.flags}, {why}"
 

@@ -112,7 +112,7 @@ def test_a_cached_measurement_keeps_this_runs_provenance(problems):
 def test_a_failed_reference_is_not_the_completions_failure(problems):
     # The evaluator reports a harness failure (the problem's reference would not load or run) as
     # runtime_error with reason "reference failed: ...". Scoring it as the candidate's failure taught the
-    # policy against correct programs (docs/learning.md, experiments F and H): it gets None (TRL leaves it out of
+    # policy against correct programs (docs/learning.md at 88f971b, experiments F and H): it gets None (TRL leaves it out of
     # the group's baseline), stays out of the group's normalisation, the pool, the cache and the success rate.
     from cudal1.candidates import Evaluation, Status
 
