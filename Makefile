@@ -41,7 +41,7 @@ sandbox:
 	    d=$$p; while [ "$$d" != / ]; do [ -d "$$d" ] && chmod o+x "$$d"; d=$$(dirname "$$d"); done; \
 	  done; \
 	fi
-	@$(BIN)/python -c "from cudal1.evaluator.process import sandbox_available as s; print('evaluator sandbox (fresh uid per worker):', 'on' if s() else 'off (not root: workers share your uid)')"
+	@$(BIN)/python -c "from cudal1.evaluator.sandbox import sandbox_available as s; print('evaluator sandbox (fresh uid per worker):', 'on' if s() else 'off (not root: workers share your uid)')"
 
 run: setup
 	$(BIN)/python -m flows.pipeline
