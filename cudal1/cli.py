@@ -299,6 +299,52 @@ def models_command(
     Console(width=160).print(table)
 
 
+data_app = typer.Typer(help="The outside data files (KernelBench, CUDA-L1's release): fetch and check them "
+                       "(docs/data.md).", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+def _say(line: str) -> None:
+    """A line as it is: unwrapped (a path or URL stays whole), brackets not read as markup."""
+    err.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+@data_app.command("fetch")
+def data_fetch(
+    names: Annotated[list[str] | None, typer.Argument(help="declared names, e.g. cuda-l1/h100.jsonl (default: all)")]
+    = None,
+    source: Annotated[str | None, typer.Option("--from", help="a folder laid out like ../shared, or its URL "
+                                                "(default: the public repositories at the declared commits)")] = None,
+    to: Annotated[Path, typer.Option(help="the data folder to fill")] = Path("../shared"),
+) -> None:
+    """Get the declared files into the data folder, each kept only when its sha256 is the declared one."""
+    from cudal1.data_sources import DataFileError, fetch
+
+    try:
+        for line in fetch(to, source, names or ()):
+            _say(line)
+    except DataFileError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(2) from exc
+
+
+@data_app.command("check")
+def data_check(folder: Annotated[Path, typer.Option("--in", help="the data folder")] = Path("../shared")) -> None:
+    """Check every declared file in the data folder against its sha256; lists each with its source."""
+    from cudal1.data_sources import DataFileError, declared, verify
+
+    failed = 0
+    for name, entry in declared().items():
+        try:
+            verify(folder / name, name)
+            _say(f"ok       {name}  ({entry.origin})")
+        except DataFileError as exc:
+            failed += 1
+            _say(f"refused  {exc}")
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """The ``cudal1`` console script: the typer app, then an exit without the last collections (about a
     second of a command such as ``cudal1 models`` on the 2-core machine)."""

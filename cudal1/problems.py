@@ -64,6 +64,17 @@ def _check_reference(source: object, where: str) -> None:
             )
 
 
+def _check_declared(path: Path) -> None:
+    """A file at a declared name (``kernelbench/problems.jsonl``, ``cuda-l1/<gpu>.jsonl``) must be the declared
+    one, checksum and all (cudal1/data_sources.yaml)."""
+    from cudal1.data_sources import DataFileError, check_declared
+
+    try:
+        check_declared(path)
+    except DataFileError as exc:
+        raise ProblemLoadError(str(exc)) from exc
+
+
 def kernelbench_id(level: int, number: int) -> str:
     return f"L{level}-{number}"
 
@@ -73,6 +84,7 @@ def load_kernelbench_jsonl(path: str | Path, levels: Iterable[int] | None = None
     path = Path(path)
     if not path.is_file():
         raise ProblemLoadError(f"{path}: no such KernelBench JSONL file; point `problems.suites` at one")
+    _check_declared(path)
     wanted = set(levels) if levels is not None else None
     problems = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -157,7 +169,9 @@ def load_cudal1_release(path: str | Path) -> list[ReleasedKernel]:
     the reference is the row's own ``ref_code`` (its sizes can differ from today's KernelBench)."""
     path = Path(path)
     if not path.is_file():
-        raise ProblemLoadError(f"{path}: no such CUDA-L1 release file (expected e.g. ../shared/cuda-l1/h100.jsonl)")
+        raise ProblemLoadError(f"{path}: no such CUDA-L1 release file (expected e.g. ../shared/cuda-l1/h100.jsonl; "
+                               "`cudal1 data fetch` gets it, docs/data.md)")
+    _check_declared(path)
     gpu = path.stem
     rows = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
