@@ -136,9 +136,12 @@ def pool_config(spec: dict[str, Any]) -> EvalConfig:
 
 
 def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
-             progress: Callable[[Evaluation], None] | None = None, ahead: int | None = None) -> list[Evaluation]:
+             progress: Callable[[Evaluation], None] | None = None, ahead: int | None = None,
+             measurements: str | Path | None = None) -> list[Evaluation]:
     """Evaluate the pool's inputs on ``devices`` (default: pool.json's) and write its completed result.
-    ``ahead``: candidates a device loads ahead of the one it times (default: the evaluator's)."""
+    ``ahead``: candidates a device loads ahead of the one it times (default: the evaluator's).
+    ``measurements``: the file each evaluation is appended to (default ``<pool_dir>/measurements.jsonl``),
+    e.g. one the repository keeps (the reproduction pipeline's measuring stages)."""
     from cudal1.evaluator import evaluate_many
     from cudal1.evaluator.batch import AHEAD
     from cudal1.generation.augment import select_measured
@@ -155,10 +158,11 @@ def run_pool(pool_dir: str | Path, devices: Sequence[str] | None = None,
     config = pool_config(spec).with_device(devices[0])
     kind = spec.get("gpu_kind", "")
     check_devices(kind, devices)
-    measurements = pool_dir / MEASUREMENTS
+    measurements = Path(measurements) if measurements is not None else pool_dir / MEASUREMENTS
+    measurements.parent.mkdir(parents=True, exist_ok=True)
     moved = set_aside(measurements, kind)
     if moved:
-        print(f"{moved} measurements made on hardware other than {kind} moved to {pool_dir / ELSEWHERE}; "
+        print(f"{moved} measurements made on hardware other than {kind} moved to {measurements.with_name(ELSEWHERE)}; "
               "their candidates are measured again", file=sys.stderr)
     unique = list({(c.problem_id, c.sha256): c for c in candidates}.values())
     evaluate_many(problems, unique, config, devices=devices, results_path=measurements, progress=progress,
@@ -175,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--devices", default="", help="comma-separated, e.g. cuda:0,cuda:1 (default: pool.json's)")
     ap.add_argument("--ahead", type=int, default=None,
                     help="candidates a device loads ahead of the one it times (default 3: a reproduction row)")
+    ap.add_argument("--measurements", type=Path, default=None,
+                    help="the file evaluations are appended to (default: <pool_dir>/measurements.jsonl)")
     args = ap.parse_args(argv)
     started, done = time.perf_counter(), [0]
 
@@ -185,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{e.status.value:13s} {speed:>8s} {e.reason[:80]}", flush=True)
 
     try:
-        evaluations = run_pool(args.pool_dir, [d for d in args.devices.split(",") if d] or None, progress, args.ahead)
+        evaluations = run_pool(args.pool_dir, [d for d in args.devices.split(",") if d] or None, progress, args.ahead,
+                               args.measurements)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
