@@ -13,6 +13,10 @@ standard library and this package (the CPU machine, after the runs come back); o
     python benchmarks/release_bench.py --regression BEFORE_COLD BEFORE_WARM AFTER_COLD AFTER_WARM \\
         --out results/regression-40 --date ... --commit ... --hardware ... --command ...
 
+``--provenance FILE`` takes the date, commit, hardware, command, title and notes from a JSON file kept beside
+the runs instead: the reproduction pipeline (reproduction/dvc.yaml) derives results/release-h200 and
+results/two-gpu-h200 that way from what the repository keeps.
+
 A run's wall is the sum of its calls in calls.jsonl (release_run.sh records each segment a run ran in),
 else its summary.json's, which is refused where it timed a resumed invocation alone.
 """
@@ -257,6 +261,7 @@ def regression_result(before_cold: Path, before_warm: Path, after_cold: Path,
                      "verdict_changes": Table(["problem", *runs], changed)}
 
 
+PROVENANCE = ("title", "date", "commit", "hardware", "command", "notes")  # what --provenance may record
 TITLES = {"release": "The CUDA-L1 H100 release re-measured cold then warm", "two_gpu": "One GPU against two",
           "rl": "Evaluation's share of one RL epoch", "regression": "The first release rows before and after a change"}
 
@@ -275,13 +280,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rl", type=Path, nargs="+", help="learning_gpu.py outputs (their last line), one a run")
     ap.add_argument("--regression", type=Path, nargs=4, metavar=("BEFORE_COLD", "BEFORE_WARM", "AFTER_COLD", "AFTER_WARM"))
     ap.add_argument("--out", type=Path, required=True, help="the results folder, e.g. results/release-h200")
+    ap.add_argument("--provenance", type=Path, help="a JSON file recording the runs' title, date, commit, hardware, "
+                    "command and notes (kept beside them); the options below override it")
     ap.add_argument("--title", help="what was measured (default: by mode)")
     ap.add_argument("--date", help="when the runs were made (default today)")
     ap.add_argument("--commit", help="the tree that ran them (default this checkout's)")
-    ap.add_argument("--hardware", required=True, help='e.g. "1x NVIDIA H200 (16 cores)"')
-    ap.add_argument("--command", required=True, help="the command that made the runs, recorded as is")
-    ap.add_argument("--notes", default="")
+    ap.add_argument("--hardware", help='e.g. "1x NVIDIA H200 (16 cores)"')
+    ap.add_argument("--command", help="the command that made the runs, recorded as is")
+    ap.add_argument("--notes")
     args = ap.parse_args(argv)
+    recorded = json.loads(args.provenance.read_text()) if args.provenance else {}
+    for key in PROVENANCE:
+        if getattr(args, key) is None:
+            setattr(args, key, recorded.get(key))
+    missing = [f"--{key}" for key in ("hardware", "command") if not getattr(args, key)]
+    if missing:
+        ap.error(f"{' and '.join(missing)} (or --provenance with them): what ran the runs, and on what")
     modes = [m for m, given in (("release", args.cold or args.warm), ("two_gpu", args.one_gpu or args.two_gpu),
                                 ("rl", args.rl), ("regression", args.regression)) if given]
     if len(modes) != 1:
@@ -303,7 +317,7 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         figures, tables = regression_result(*args.regression)
     path = write_result(args.out, title=args.title or TITLES[args.mode], command=args.command, hardware=args.hardware,
-                        figures=figures, tables=tables, notes=args.notes, date=args.date,
+                        figures=figures, tables=tables, notes=args.notes or "", date=args.date,
                         commit=args.commit or git_commit())
     print(json.dumps(figures))
     return path

@@ -48,12 +48,15 @@ def test_a_committed_result_is_what_release_bench_derives_from_its_raw_files(nam
         pytest.skip("../shared/cuda-l1 not present")
     committed = read_result(name)
     assert list(committed.figures)[: len(KEYS[name])] == KEYS[name]
-    provenance = ["--date", committed.date, "--commit", committed.commit, "--hardware", committed.hardware,
-                  "--command", committed.command, "--title", committed.title, "--notes", committed.notes]
+    kept = RESULTS / name / "provenance.json"  # the runs' provenance, kept beside them (reproduction/dvc.yaml)
+    provenance = ["--provenance", str(kept)] if kept.is_file() else [
+        "--date", committed.date, "--commit", committed.commit, "--hardware", committed.hardware,
+        "--command", committed.command, "--title", committed.title, "--notes", committed.notes]
     load_script("release_bench").main([*_derive(name, tmp_path / name), *provenance])
     again = read_result(tmp_path / name)
     assert again.figures == committed.figures and again.tables == committed.tables
     assert (again.date, again.commit, again.hardware) == (committed.date, committed.commit, committed.hardware)
+    assert (again.title, again.command, again.notes) == (committed.title, committed.command, committed.notes)
     if name == "release-h200":
         assert (tmp_path / name / "rows.csv").read_text() == (RESULTS / name / "rows.csv").read_text()
 
