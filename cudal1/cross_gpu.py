@@ -96,6 +96,21 @@ def partial_evaluations(pool_dir: Path, config: EvalConfig, candidates: Sequence
     return list(found.values())
 
 
+def protocols_measured(pool_dir: Path, candidates: Sequence[Candidate], gpu_kind: str = "") -> dict[str, int]:
+    """Config hash -> how many of ``candidates`` a pool's measurements cover under it (on ``gpu_kind``, the
+    harness's failures left out, as :func:`partial_evaluations` counts them), in order of first measurement."""
+    from cudal1.candidates import load_evaluations
+
+    by_sha = {(c.problem_id, c.sha256): c.candidate_id for c in candidates}
+    covered: dict[str, set[str]] = {}
+    for path in _measurement_files(pool_dir):
+        for e in load_evaluations(path):
+            found = by_sha.get((e.problem_id, e.candidate_sha256))
+            if found is not None and not e.harness_failed and (not gpu_kind or on_kind(gpu_kind, e)):
+                covered.setdefault(e.config_hash, set()).add(found)
+    return {h: len(ids) for h, ids in covered.items()}
+
+
 def completed_evaluations(pool_dir: Path) -> list[Evaluation] | None:
     """A pool's completed result: the evaluate flow's table (a Prefect worker) or the pool runner's
     (``cudal1.cross_gpu_pool``); None when neither is there yet."""
