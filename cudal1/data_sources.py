@@ -1,5 +1,8 @@
 """The outside data files (KernelBench's problems, CUDA-L1's released kernels), declared once in
-``data_sources.yaml``: the public repository and commit each comes from, the path there, and its sha256.
+``data_sources.json``: each file's name in a data folder, the public repository and commit it comes from, the
+path there, how it is made from that path (``packed``: ``copy``, the file byte for byte; ``kernelbench``, the
+problem modules of the listed folders one JSON object a line, by level then number), its licence and its
+sha256. JSON, not YAML: the GPU hosts that measure have torch and this package only.
 
 :func:`fetch` writes them into a data folder (``../shared`` beside the checkout, where the params files and
 tests look) from those repositories, from a local copy or from a mirror, and keeps a file only when its
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-MANIFEST = Path(__file__).with_name("data_sources.yaml")
+MANIFEST = Path(__file__).with_name("data_sources.json")
 DEFAULT_FOLDER = "../shared"  # beside the repository root: what reproduction.yaml and the tests name
 GUIDE = "docs/data.md"
 
@@ -58,9 +61,7 @@ class DataFile:
 @functools.cache
 def declared() -> dict[str, DataFile]:
     """The manifest, by name."""
-    import yaml
-
-    entries = yaml.safe_load(MANIFEST.read_text())
+    entries = json.loads(MANIFEST.read_text())
     return {name: DataFile(name=name, **{**fields, "path": tuple(fields["path"])}) for name, fields in entries.items()}
 
 

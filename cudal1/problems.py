@@ -66,7 +66,7 @@ def _check_reference(source: object, where: str) -> None:
 
 def _check_declared(path: Path) -> None:
     """A file at a declared name (``kernelbench/problems.jsonl``, ``cuda-l1/<gpu>.jsonl``) must be the declared
-    one, checksum and all (cudal1/data_sources.yaml)."""
+    one, checksum and all (cudal1/data_sources.json)."""
     from cudal1.data_sources import DataFileError, check_declared
 
     try:

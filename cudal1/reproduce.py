@@ -55,10 +55,10 @@ def measure_command(pool: str) -> str:
 
 def prepare(params: CrossGpuParams, pools_dir: Path) -> list[Path]:
     """One ``<pools_dir>/<pool>/inputs.json`` per pool of ``params``; the release must be a declared data file
-    (cudal1/data_sources.yaml), so that its checksum is the one everybody measures."""
+    (cudal1/data_sources.json), so that its checksum is the one everybody measures."""
     if not params.release or declared_name(params.release) is None:
         raise DataFileError(f"cross_gpu.release: {params.release}: the reproduction measures a declared data file "
-                            "(e.g. ../shared/cuda-l1/h100.jsonl; cudal1/data_sources.yaml, docs/data.md)")
+                            "(e.g. ../shared/cuda-l1/h100.jsonl; cudal1/data_sources.json, docs/data.md)")
     release = load_cudal1_release(params.release)
     problems, candidates = release_inputs(release, params.baselines)
     shared = {"release": {"path": os.path.relpath(params.release), "name": declared_name(params.release),

@@ -1,4 +1,4 @@
-"""The outside data files: declared once (cudal1/data_sources.yaml), fetched by `cudal1 data fetch` (here from
+"""The outside data files: declared once (cudal1/data_sources.json), fetched by `cudal1 data fetch` (here from
 the local copy in ../shared, as the command fetches from any folder or mirror), and refused on use where a
 file at a declared name is not the declared one."""
 
