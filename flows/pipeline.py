@@ -49,6 +49,12 @@ def check_params_task(params_path: str) -> list[str]:
     return check_params(params_path)
 
 
+def default_target(root: str | Path) -> str:
+    """The default pipeline's stages: its dvc.yaml, as a bare ``dvc repro`` there runs. Not every stage of
+    the repository: reproduction/dvc.yaml is a pipeline of its own (it needs the CUDA-L1 release)."""
+    return str(Path(root).resolve() / "dvc.yaml")
+
+
 @task(cache_policy=NO_CACHE)
 def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
     """Stages whose code, params or data changed (`dvc status`), plus everything downstream of them,
@@ -58,7 +64,7 @@ def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
 
     with Repo(root) as repo, repo.lock:
         graph = repo.index.graph
-        wanted = {s for t in (targets or [None]) for s in repo.stage.collect(t, with_deps=True)}
+        wanted = {s for t in (targets or [default_target(root)]) for s in repo.stage.collect(t, with_deps=True)}
         changed = wanted if force else {s for s in wanted if s.changed()}
         names = set()
         for stage in changed:
@@ -186,7 +192,7 @@ def _up_to_date(repo: str, targets: list[str]) -> bool:
     try:
         with Repo(repo) as dvc_repo:
             # with_deps: a target is stale when a stage it depends on is (`dvc repro` runs that one too)
-            return not dvc_repo.status(targets or None, with_deps=True)
+            return not dvc_repo.status(targets or [default_target(repo)], with_deps=True)
     except Exception:  # no dvc.lock yet, a broken dvc.yaml...: let the flow run and report it
         return False
 
