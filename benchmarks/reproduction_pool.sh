@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# One pool of the reproduction (reproduction.yaml) on a GPU machine that has torch but no Prefect, from the
-# repository root, with the staged storage carried along (data/reproduction/<key>, written here by
-# `python -m flows.cross_gpu --params reproduction.yaml --stage`):
+# One pool of the reproduction (reproduction/dvc.yaml) on a GPU machine that has torch but not DVC: the
+# command of that pool's measuring stage, run by hand, from the repository root, with the release file there
+# (RELEASE, default the path the pool was prepared with):
 #
-#   POOL=data/reproduction/<key>/gpu-h100 [LIMIT_S=540] [DEVICES=cuda:0] [AHEAD=3] bash benchmarks/reproduction_pool.sh
+#   POOL=gpu-h100 [RELEASE=carry/h100.jsonl] [LIMIT_S=540] [DEVICES=cuda:0] [AHEAD=3] bash benchmarks/reproduction_pool.sh
 #
-# Runs the torch-only pool runner until it finishes or LIMIT_S passes (it resumes from the carried
-# measurements.jsonl next time), then copies the pool's files to $OUT: put them back into the same pool
-# folder here (and into docs/reproduction/pools/<key>/<pool>/ to keep them) and, once every pool is
-# complete, run `python -m flows.cross_gpu --params reproduction.yaml --gather`. DRY_RUN=1 prints the
-# runner's command and runs nothing.
+# Measures until the pool is complete or LIMIT_S passes, appending to reproduction/pools/$POOL/measurements.jsonl
+# (the next call resumes from it), then copies that file (and other-hardware.jsonl, where the runner set
+# measurements aside) to $OUT. Put them back into reproduction/pools/$POOL/ here and run
+# `dvc repro reproduction/dvc.yaml`: the frozen stage takes the new measurements as its output and the report
+# follows. DRY_RUN=1 prints the stage's command and runs nothing.
 set -uo pipefail
-: "${POOL:?set POOL=data/reproduction/<key>/<pool>}"
+: "${POOL:?set POOL=gpu-h100 (a folder of reproduction/pools)}"
 OUT=${OUT:-/tmp/cudal1-reproduction}
-runner=(python3 -m cudal1.cross_gpu_pool "$POOL" ${DEVICES:+--devices "$DEVICES"} ${AHEAD:+--ahead "$AHEAD"})
+folder=reproduction/pools/$POOL
+runner=(python3 -m cudal1.reproduce measure "$folder" ${RELEASE:+--release "$RELEASE"} ${DEVICES:+--devices "$DEVICES"}
+        ${AHEAD:+--ahead "$AHEAD"})
 if [ "${DRY_RUN:-0}" = 1 ]; then echo "timeout ${LIMIT_S:-540} ${runner[*]} > $OUT/pool.log"; exit 0; fi
 mkdir -p "$OUT"
 # The pool's GPU kind against this machine's, before any set-up, by the runner's own rule (it checks
@@ -23,20 +25,16 @@ PYTHONPATH=. python3 -c 'import json, sys; from cudal1.cross_gpu_pool import nam
 kind = json.load(open(sys.argv[1]))["gpu_kind"]
 sys.exit(0 if not sys.argv[2] or names_kind(kind, sys.argv[2]) else
          f"error: this pool measures on {kind} GPUs; this machine has a {sys.argv[2]}: run it on a {kind} machine")' \
-  "$POOL/pool.json" "$name" 2> >(tee "$OUT/pool.log" >&2) || exit 2
+  "$folder/inputs.json" "$name" 2> >(tee "$OUT/pool.log" >&2) || exit 2
 source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-# Measurements committed from earlier calls (docs/reproduction/pools/<key>/<pool>/) seed a pool folder
-# that has none, so a fresh checkout resumes where the last call stopped.
-kept=docs/reproduction/pools/$(basename "$(dirname "$POOL")")/$(basename "$POOL")/measurements.jsonl
-if [ ! -f "$POOL/measurements.jsonl" ] && [ -f "$kept" ]; then cp "$kept" "$POOL/measurements.jsonl"; fi
-count() { if [ -f "$POOL/measurements.jsonl" ]; then wc -l < "$POOL/measurements.jsonl"; else echo 0; fi; }
+count() { if [ -f "$folder/measurements.jsonl" ]; then wc -l < "$folder/measurements.jsonl"; else echo 0; fi; }
 before=$(count)
 start=$(date +%s)
 timeout "${LIMIT_S:-540}" "${runner[@]}" > "$OUT/pool.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
 pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the calling shell
-for f in measurements.jsonl evaluations.jsonl; do
-  [ -f "$POOL/$f" ] && cp "$POOL/$f" "$OUT/$f"
+for f in measurements.jsonl other-hardware.jsonl; do
+  [ -f "$folder/$f" ] && cp "$folder/$f" "$OUT/$f"
 done
 tail -n 5 "$OUT/pool.log"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from scripts import BENCHMARKS, load_script
 
 from cudal1.candidates import Status, load_evaluations
@@ -101,8 +102,14 @@ def test_evaluator_gpu_says_each_step_and_refuses_an_unknown_one(tmp_path: Path)
 
 
 def test_reproduction_pool_says_its_runner() -> None:
-    done = _bash("reproduction_pool.sh", {"DRY_RUN": "1", "POOL": "data/reproduction/k/gpu-h100", "DEVICES": "cuda:0"})
-    assert done.returncode == 0 and "cudal1.cross_gpu_pool data/reproduction/k/gpu-h100 --devices cuda:0" in done.stdout
+    """The pool's measuring stage of reproduction/dvc.yaml, with the release where it was carried."""
+    done = _bash("reproduction_pool.sh", {"DRY_RUN": "1", "POOL": "gpu-h100", "DEVICES": "cuda:0",
+                                          "RELEASE": "carry/h100.jsonl"})
+    assert done.returncode == 0, done.stderr
+    assert ("cudal1.reproduce measure reproduction/pools/gpu-h100 --release carry/h100.jsonl --devices cuda:0"
+            in done.stdout)
+    stage = yaml.safe_load((ROOT / "reproduction" / "dvc.yaml").read_text())["stages"]["measure-gpu-h100"]
+    assert stage["cmd"] == "python -m cudal1.reproduce measure reproduction/pools/gpu-h100"
 
 
 def test_two_gpu_fills_the_cache_then_runs_two_gpus_before_one(tmp_path: Path) -> None:
