@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal1.candidates import Evaluation, Status, load_evaluations  # noqa: E402
 from cudal1.measured import Figure, Table, git_commit, write_result  # noqa: E402
-from cudal1.problems import load_cudal1_release  # noqa: E402
+from cudal1.problems import ProblemLoadError, load_cudal1_release  # noqa: E402
 from cudal1.reports import run_agreement, verdict  # noqa: E402
 
 STATUSES = ("ok", "incorrect", "rejected", "compile_error", "runtime_error", "timeout", "harness_failed", "no_program")
@@ -309,7 +309,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     if args.mode == "release":
-        figures, tables = release_result(args.release, args.cold, args.warm, args.overhead, args.evaluate_one, args.out)
+        try:
+            figures, tables = release_result(args.release, args.cold, args.warm, args.overhead, args.evaluate_one,
+                                             args.out)
+        except ProblemLoadError as exc:  # a release file that is missing, or not the declared one
+            raise SystemExit(f"error: {exc}") from exc
     elif args.mode == "two_gpu":
         figures, tables = two_gpu_result(args.one_gpu, args.two_gpu, args.build_cache)
     elif args.mode == "rl":

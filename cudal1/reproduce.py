@@ -59,10 +59,10 @@ def prepare(params: CrossGpuParams, pools_dir: Path) -> list[Path]:
     if not params.release or declared_name(params.release) is None:
         raise DataFileError(f"cross_gpu.release: {params.release}: the reproduction measures a declared data file "
                             "(e.g. ../shared/cuda-l1/h100.jsonl; cudal1/data_sources.json, docs/data.md)")
-    release = load_cudal1_release(params.release)
+    path = os.path.relpath(params.release)  # as the stages name it, from the repository root
+    release = load_cudal1_release(path)
     problems, candidates = release_inputs(release, params.baselines)
-    shared = {"release": {"path": os.path.relpath(params.release), "name": declared_name(params.release),
-                          "sha256": file_sha256(params.release)},
+    shared = {"release": {"path": path, "name": declared_name(path), "sha256": file_sha256(path)},
               "baselines": list(params.baselines), "problems": len(problems), "candidates": len(candidates),
               "key": storage_key(problems, candidates, params.protocol), "storage": os.path.relpath(params.storage),
               "config_hash": params.protocol.hash, "protocol": protocol_section(params.protocol)}

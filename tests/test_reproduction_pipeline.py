@@ -1,0 +1,188 @@
+"""The reproduction's DVC pipeline (reproduction/dvc.yaml, cudal1/reproduce.py): on a fresh copy with no GPU,
+`dvc repro` writes the committed report and results files again byte for byte from the kept measurements and
+`dvc status` is clean after it; a changed release file stops it; the measuring stages stay frozen and
+unfreezing one changes one line; gather keeps the figures on an earlier protocol until the current one has
+measured every candidate."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cudal1.candidates import load_evaluations, save_evaluations
+from cudal1.data_sources import DataFileError
+from cudal1.reproduce import gather, measure_command, protocol_note, read_spec, spec_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+RELEASE = SHARED / "cuda-l1" / "h100.jsonl"
+DVC_FILE = "reproduction/dvc.yaml"
+POOLS = ROOT / "reproduction" / "pools"
+ENV = os.environ | {"DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+needs_release = pytest.mark.skipif(not RELEASE.is_file(), reason="../shared/cuda-l1/h100.jsonl is not here")
+
+
+def dvc(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, env=ENV, capture_output=True, text=True,
+                          timeout=600)
+
+
+def stages() -> dict[str, dict]:
+    return yaml.safe_load((ROOT / DVC_FILE).read_text())["stages"]
+
+
+def outputs() -> list[str]:
+    """Every output of the pipeline but the measurements (which only a GPU host writes)."""
+    return [next(iter(out)) if isinstance(out, dict) else out for name, stage in stages().items()
+            if not name.startswith("measure-") for out in stage["outs"]]
+
+
+def fresh_copy(dest: Path) -> Path:
+    """What a clone holds (tracked files and untracked ones git does not ignore) as its own git repository,
+    with ../shared beside it as the data folder."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    repo = dest / "repo"
+    for rel in filter(None, listed):
+        if (ROOT / rel).is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, repo / rel)
+    (dest / "shared").symlink_to(SHARED)
+    git = ["git", "-c", "user.name=cudal1-tests", "-c", "user.email=tests@cudal1.invalid"]
+    for cmd in ([*git, "init", "-q"], [*git, "add", "-A"], [*git, "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=repo, check=True)
+    return repo
+
+
+def test_every_output_is_kept_by_git_and_the_measuring_stages_are_frozen() -> None:
+    """cache: false everywhere, so a clone has every output and `dvc status` needs no DVC remote; the
+    measurements persist, so DVC never deletes them before a (resumed) measuring run."""
+    for name, stage in stages().items():
+        assert stage["wdir"] == ".." and all(next(iter(out.values()))["cache"] is False for out in stage["outs"])
+        if name.startswith("measure-"):
+            pool = name.removeprefix("measure-")
+            assert stage["frozen"] is True and stage["cmd"] == f"python -m cudal1.reproduce measure reproduction/pools/{pool}"
+            assert stage["outs"] == [{f"reproduction/pools/{pool}/measurements.jsonl": {"cache": False, "persist": True}}]
+            assert stage["deps"] == [f"reproduction/pools/{pool}/inputs.json"]
+            assert measure_command(pool) == f"dvc unfreeze {DVC_FILE}:{name} && dvc repro --force {DVC_FILE}:{name}"
+    assert {"prepare", "measure-gpu-h100", "measure-gpu-h200", "gather", "report"} <= set(stages())
+
+
+def test_unfreezing_a_measuring_stage_changes_one_line(tmp_path: Path) -> None:
+    """reproduction/dvc.yaml is kept as DVC writes it, so `dvc unfreeze` (on a GPU host) and `dvc freeze`
+    after it leave no other change to commit."""
+    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(cmd, cwd=tmp_path, env=ENV, check=True)
+    (tmp_path / "reproduction").mkdir()
+    committed = (ROOT / DVC_FILE).read_text()
+    (tmp_path / DVC_FILE).write_text(committed)
+    assert dvc(tmp_path, "unfreeze", f"{DVC_FILE}:measure-gpu-h100").returncode == 0
+    unfrozen = (tmp_path / DVC_FILE).read_text().splitlines()
+    changes = [d for d in difflib.ndiff(committed.splitlines(), unfrozen) if d[0] in "+-"]
+    assert changes == ["-     frozen: true"]
+    assert dvc(tmp_path, "freeze", f"{DVC_FILE}:measure-gpu-h100").returncode == 0
+    assert (tmp_path / DVC_FILE).read_text() == committed
+
+
+def test_the_committed_reproduction_is_up_to_date() -> None:
+    """Its code, params, measurements and outputs are those dvc.lock records: after a change to any of them
+    (the evaluator's protocol, the report's code), `dvc repro reproduction/dvc.yaml` and commit what it wrote."""
+    status = dvc(ROOT, "status", DVC_FILE)
+    assert status.returncode == 0 and "up to date" in status.stdout, (
+        f"run `dvc repro {DVC_FILE}` and commit its outputs:\n{status.stdout}")
+
+
+def test_the_default_pipeline_leaves_the_reproduction_out() -> None:
+    from dvc.repo import Repo
+
+    from flows.pipeline import default_target
+
+    with Repo(str(ROOT)) as repo:
+        default = {s.name for s in repo.stage.collect(default_target(ROOT))}
+        everything = {s.addressing for s in repo.index.stages}
+    assert "report" in default and not default & {"prepare", "gather", "measure-gpu-h100"}
+    assert f"{DVC_FILE}:measure-gpu-h100" in everything
+
+
+@needs_release
+def test_a_release_other_than_the_prepared_one_is_refused(tmp_path: Path) -> None:
+    """The same file under another name passes; any other content is refused, naming the file to get."""
+    spec = read_spec(POOLS / "gpu-h100")
+    carried = tmp_path / "carry" / "h100.jsonl"
+    carried.parent.mkdir()
+    shutil.copyfile(RELEASE, carried)
+    assert len(spec_inputs(spec, carried)[1]) == spec["candidates"]
+    lines = RELEASE.read_text().splitlines(keepends=True)
+    carried.write_text("".join(lines[:-1]))
+    with pytest.raises(DataFileError, match=r"not the release the pools were prepared from \(cuda-l1/h100.jsonl"):
+        spec_inputs(spec, carried)
+
+
+def _pool_copy(tmp_path: Path, pool: str, rewrite: int, keep_old: bool) -> Path:
+    """A copy of a kept pool whose first ``rewrite`` measurements (in order) carry the current protocol's hash;
+    the earlier protocol's measurements kept beside them or not."""
+    folder = tmp_path / pool
+    folder.mkdir(parents=True)
+    shutil.copyfile(POOLS / pool / "inputs.json", folder / "inputs.json")
+    current = read_spec(folder)["config_hash"]
+    kept = load_evaluations(POOLS / pool / "measurements.jsonl")
+    new = [replace(e, config_hash=current) for e in kept[:rewrite]]
+    save_evaluations((kept if keep_old else []) + new, folder / "measurements.jsonl")
+    return folder
+
+
+@needs_release
+def test_gather_keeps_the_earlier_protocol_until_the_current_one_is_complete(tmp_path: Path) -> None:
+    half = _pool_copy(tmp_path / "half", "gpu-h100", 400, keep_old=True)
+    whole = _pool_copy(tmp_path / "whole", "gpu-h200", 10**6, keep_old=True)
+    gathered = gather([half, whole])
+    current = gathered["config_hash"]
+    (h100, h200) = gathered["pools"]
+    assert h100["measured_under"] == "c7efd958dff6c398" and h100["status"] == "completed"
+    assert h200["measured_under"] == current and h200["status"] == "completed" and h200["evaluations"] == 840
+    assert protocol_note(gathered) == f" (config hashes: H100 c7efd958dff6c398, H200 {current}; the current protocol's is {current})"
+    started = _pool_copy(tmp_path / "started", "gpu-h100", 400, keep_old=False)
+    (pool,) = gather([started])["pools"]
+    assert pool["status"] == "partial" and pool["measured_under"] == current and pool["evaluations"] < 840
+    assert measure_command("gpu-h100") in pool["message"]
+
+
+@needs_release  # a copy of the repository and two dvc repro: about 6 s on two cores
+def test_dvc_repro_on_a_fresh_copy_writes_the_committed_report_again(tmp_path: Path) -> None:
+    repo = fresh_copy(tmp_path)
+    committed = {out: (ROOT / out).read_bytes() for out in outputs()}
+    for out in committed:  # made again from the kept measurements, not found up to date
+        if "/pools/" not in out:  # the pools' inputs, which the frozen stages read, are rewritten in place
+            (repo / out).unlink()
+    done = dvc(repo, "repro", DVC_FILE)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Running stage 'reproduction/dvc.yaml:measure-gpu-h100'" not in done.stdout  # frozen
+    for out, content in committed.items():
+        assert (repo / out).read_bytes() == content, out
+    status = dvc(repo, "status", DVC_FILE)
+    assert status.returncode == 0 and "up to date" in status.stdout, status.stdout
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert changed == "", changed  # dvc.lock too
+
+    # A release file that is not the declared one: the pipeline stops at the first stage that reads it,
+    # naming the file's source and the command that gets it; the report is left as it was.
+    (tmp_path / "shared").unlink()
+    (tmp_path / "shared" / "cuda-l1").mkdir(parents=True)
+    lines = RELEASE.read_text().splitlines(keepends=True)
+    (tmp_path / "shared" / "cuda-l1" / "h100.jsonl").write_text("".join(lines[:-1]))
+    refused = dvc(repo, "repro", "--force", DVC_FILE)
+    assert refused.returncode != 0
+    assert "is not the declared bb3c6f83ca3502d4" in refused.stderr + refused.stdout
+    assert "deepreinforce-ai/CUDA-L1 at commit 51e8356b" in refused.stderr + refused.stdout
+    assert "cudal1 data fetch --to ../shared cuda-l1/h100.jsonl" in refused.stderr + refused.stdout
+    assert (repo / "docs/reproduction/cross-gpu.md").read_bytes() == committed["docs/reproduction/cross-gpu.md"]
+    assert json.loads((repo / "reproduction/gathered.json").read_text())["pools"][0]["status"] == "completed"
