@@ -186,3 +186,56 @@ def test_dvc_repro_on_a_fresh_copy_writes_the_committed_report_again(tmp_path: P
     assert "cudal1 data fetch --to ../shared cuda-l1/h100.jsonl" in refused.stderr + refused.stdout
     assert (repo / "docs/reproduction/cross-gpu.md").read_bytes() == committed["docs/reproduction/cross-gpu.md"]
     assert json.loads((repo / "reproduction/gathered.json").read_text())["pools"][0]["status"] == "completed"
+
+
+def _measure(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A measuring stage's command as a GPU host without DVC runs it; it must not import what those lack."""
+    code = ("import sys; from cudal1.reproduce import main; main(sys.argv[1:]); "
+            "heavy = {'polars', 'prefect', 'mlflow', 'dvc', 'yaml'} & {m.split('.')[0] for m in sys.modules}; "
+            "assert not heavy, heavy")
+    return subprocess.run([sys.executable, "-c", code, "measure", *argv], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env=ENV | {"PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.slow  # two runs of the pool runner over four candidates on this CPU: about 20 s
+def test_a_measuring_stage_appends_to_the_kept_measurements_and_resumes(tmp_path: Path) -> None:
+    """A pool (a stand-in kind measured on `cpu`) prepared from a two-row release: the stage's command
+    measures every candidate into the pool's measurements file; cut back to one, it measures only the rest;
+    gather then takes the pool as complete under the current protocol."""
+    from cudal1.cross_gpu import storage_key
+    from cudal1.cross_gpu_pool import protocol_section
+    from cudal1.data_sources import file_sha256
+    from cudal1.evaluator import EvalConfig
+    from cudal1.generation.templates import template_source
+    from cudal1.problems import load_cudal1_release, load_starter_suite
+    from cudal1.reproduction import release_inputs
+
+    release = tmp_path / "carry" / "release.jsonl"
+    release.parent.mkdir()
+    rows = []
+    for p in load_starter_suite()[:2]:
+        level, number = (int(x) for x in p.problem_id.removeprefix("starter-L").split("-"))
+        rows.append(json.dumps({"level_id": level, "task_id": number, "ref_code": p.source,
+                                "custom_code": template_source(p, "inference_mode")}) + "\n")
+    release.write_text("".join(rows))
+    problems, candidates = release_inputs(load_cudal1_release(release), ["cuda_graph"])
+    config = EvalConfig(correctness_trials=2, timing_trials=3, target_trial_ms=5.0, warmup_iters=1, remeasure=0)
+    pool = tmp_path / "pools" / "gpu-x"
+    pool.mkdir(parents=True)
+    (pool / "inputs.json").write_text(json.dumps({
+        "pool": "gpu-x", "gpu_kind": "X", "devices": ["cpu"],
+        "release": {"path": str(release), "name": "release.jsonl", "sha256": file_sha256(release)},
+        "baselines": ["cuda_graph"], "problems": len(problems), "candidates": len(candidates),
+        "key": storage_key(problems, candidates, config), "storage": str(tmp_path / "storage"),
+        "config_hash": config.hash, "protocol": protocol_section(config)}))
+    first = _measure(str(pool))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    kept = pool / "measurements.jsonl"
+    assert len(load_evaluations(kept)) == len(candidates) == 4
+    save_evaluations(load_evaluations(kept)[:1], kept)  # the host went away after one evaluation
+    second = _measure(str(pool), "--ahead", "1")
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert len([line for line in second.stdout.splitlines() if line.startswith("[")]) == 3  # only the rest
+    (gathered,) = gather([pool])["pools"]
+    assert gathered["status"] == "completed" and gathered["measured_under"] == config.hash
+    assert gathered["evaluations"] == 4 and gathered["message"] == ""
