@@ -177,7 +177,7 @@ class CrossGpuParams:
     # Inputs, per-pool params files and results: a folder every worker host reads and writes (NFS...).
     storage: str = "data/cross_gpu"
     # Pools' measurements kept in the repository (<kept>/<key>/<pool>/measurements.jsonl): a pool folder
-    # without measurements starts from them, so --gather on a fresh clone makes the committed report (with
+    # without measurements starts from them, so --gather on a fresh clone makes the same table (with
     # --key <their key> once the protocol has changed: the key covers it).
     kept: str | None = None
     protocol: EvalConfig = field(default_factory=EvalConfig)  # the same on every GPU (EvalConfig fields)

@@ -17,7 +17,9 @@ speedup vs eager, ``torch.compile`` and CUDA graphs per GPU, under 1e-2 and the 
 the release's reported aggregates, and the rows that moved between GPUs with a reason.
 Not a DVC stage (it needs GPU hosts): ``python -m flows.cross_gpu [--params P] [--local [--pool P] |
 --stage | --gather [--key KEY]]``. ``--gather`` refuses to replace a report with an empty table; ``--key``
-gathers measurements kept under an earlier protocol's key, as they were measured.
+gathers measurements kept under an earlier protocol's key, as they were measured. The CUDA-L1 reproduction's
+published report comes from its own DVC pipeline instead (reproduction/dvc.yaml, cudal1/reproduce.py),
+whose measuring stages run the same pool runner.
 """
 
 from __future__ import annotations

@@ -119,3 +119,12 @@ def test_the_kernelbench_file_is_packed_from_the_repository_archive() -> None:
         '{"level": 1, "problem_id": 2, "name": "ReLU", "code": "a = 1\\n"}',
         '{"level": 1, "problem_id": 10, "name": "Matmul", "code": "b = 2\\n"}',
         '{"level": 2, "problem_id": 1, "name": "Conv_ReLU", "code": "c = 3\\n"}']
+
+
+def test_the_data_page_names_every_declared_source() -> None:
+    """docs/data.md says in one place where each file comes from: the manifest's repositories and commits."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text()
+    for entry in declared().values():
+        assert f"github.com/{entry.repository}" in page and entry.commit in page, entry.name
+        assert entry.name.split("/")[0] in page
+    assert "cudal1 data fetch --from" in page and "cudal1/data_sources.json" in page
