@@ -132,10 +132,14 @@ def fetch(folder: str | Path = DEFAULT_FOLDER, source: str | None = None, names:
             raise DataFileError(f"{where}: sha256 {digest[:16]}... is not the declared {entry.sha256[:16]}... of "
                                 f"{name}, {entry.origin}; not written. Fetch it from another copy, or from "
                                 f"that repository (`cudal1 data fetch` without --from)")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        partial.write_bytes(content)
-        partial.replace(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            partial.write_bytes(content)
+            partial.replace(target)
+        except OSError as exc:
+            raise DataFileError(f"{target}: cannot be written ({exc}); give a data folder you can write, "
+                                "--to DIR") from exc
         done.append(f"{target}: written from {where}, sha256 checked")
     return done
 
