@@ -4,16 +4,18 @@
 # repository root on the GPU machine, BEFORE a copy of the earlier tree (e.g. `git archive COMMIT | tar -x -C
 # carry/before`, carried along):
 #
-#   BEFORE=carry/before [N=40] [RELEASE=carry/h100.jsonl] [DEVICES=cuda:0] [CALL_S=540] [COMMIT=abc1234 BEFORE_COMMIT=def5678] \
-#       bash benchmarks/regression.sh
+#   BEFORE=carry/before [N=40] [REPEAT=1] [RELEASE=carry/h100.jsonl] [DEVICES=cuda:0] [CALL_S=540] \
+#       [COMMIT=abc1234 BEFORE_COMMIT=def5678] bash benchmarks/regression.sh
 #
 # Each run is benchmarks/release_run.sh's (its own session; a call that ends first leaves it running, and
 # calling this script again on the same machine waits on it: exit 3 while one still runs). Each tree runs
 # its own benchmarks/release_eval.py with PYTHONPATH=its tree and its own build cache (TMPDIR), with only
 # the options both trees' release_eval.py understand: --release --devices --out --limit, and --agree-with
-# where both have it. Each pair's agreement is printed; once all four are done, release_bench.py
-# --regression writes $OUT/regression-<N>/result.json, beside the four runs' files: copy that folder to
-# results/regression-40. DRY_RUN=1 prints the runs' commands.
+# where both have it. REPEAT=1 adds a second warm run of each side (before/warm2, after/warm2): one pair's
+# agreement is a noisy sample, three pairs a side are less so. Each pair's agreement is printed; once all are
+# done, release_bench.py --regression writes $OUT/regression-<N>/result.json, and the runs' small files come
+# back packed as $OUT/regression-<N>-runs.tgz: unpack them beside it in results/regression-<N>.
+# DRY_RUN=1 prints the runs' commands.
 set -uo pipefail
 : "${BEFORE:?BEFORE=a copy of the tree before the change}"
 N=${N:-40}
@@ -35,7 +37,9 @@ if ! dry; then
   chmod -R o+rX "$BEFORE"
   d=$(realpath "$BEFORE"); while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
 fi
-for spec in before/cold after/cold before/warm after/warm; do
+specs="before/cold after/cold before/warm after/warm"
+[ "${REPEAT:-0}" = 1 ] && specs="$specs before/warm2 after/warm2"
+for spec in $specs; do
   IFS=/ read -r side step <<< "$spec"
   tree=.; [ "$side" = before ] && tree=$BEFORE
   echo "== $side $step"
@@ -44,14 +48,17 @@ for spec in before/cold after/cold before/warm after/warm; do
 done
 dry && exit 0
 dest=$OUT/regression-$N
+steps="cold warm"; repeat=()
+if [ "${REPEAT:-0}" = 1 ]; then steps="cold warm warm2"; repeat=(--repeat "$dest"/before/warm2 "$dest"/after/warm2); fi
 for side in before after; do
-  for step in cold warm; do
+  for step in $steps; do
     mkdir -p "$dest/$side/$step" && cp -p "$WORK/$side/$step"/{results.jsonl,summary.json,calls.jsonl} "$dest/$side/$step/"
   done
 done
+tar czf "$OUT/regression-$N-runs.tgz" -C "$dest" before after  # $OUT/a/b/c files do not come back from a device
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 python3 benchmarks/release_bench.py --regression "$dest"/before/cold "$dest"/before/warm "$dest"/after/cold \
-  "$dest"/after/warm --out "$dest" --commit "${COMMIT:-unknown}" --hardware "1x $gpu ($(nproc) cores)" \
+  "$dest"/after/warm "${repeat[@]}" --out "$dest" --commit "${COMMIT:-unknown}" --hardware "1x $gpu ($(nproc) cores)" \
   --title "The first $N rows of the CUDA-L1 release before and after a change, cold then warm" \
   --command "BEFORE=carry/before N=$N bash benchmarks/regression.sh" \
   --notes "before: tree ${BEFORE_COMMIT:-unknown}; after: tree ${COMMIT:-unknown}; one call, interleaved."

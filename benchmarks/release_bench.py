@@ -11,7 +11,7 @@ standard library and this package (the CPU machine, after the runs come back); o
     python benchmarks/release_bench.py --rl RUN/l1/learning.json RUN/l2/learning.json RUN/l3/learning.json \\
         --out results/rl-share-h200 --date ... --commit ... --hardware ... --command ...
     python benchmarks/release_bench.py --regression BEFORE_COLD BEFORE_WARM AFTER_COLD AFTER_WARM \\
-        --out results/regression-40 --date ... --commit ... --hardware ... --command ...
+        [--repeat BEFORE_WARM2 AFTER_WARM2] --out results/regression-40 --date ... --commit ... --hardware ... --command ...
 
 ``--provenance FILE`` takes the date, commit, hardware, command, title and notes from a JSON file kept beside
 the runs instead: the reproduction pipeline (reproduction/dvc.yaml) derives results/release-h200 and
@@ -232,32 +232,47 @@ def rl_result(runs: list[Path]) -> tuple[dict[str, Figure], dict[str, Table]]:
             {"runs": Table(["run", "evaluation s", "total s", "share %"], table)})
 
 
-def regression_result(before_cold: Path, before_warm: Path, after_cold: Path,
-                      after_warm: Path) -> tuple[dict[str, Figure], dict[str, Table]]:
+def regression_result(before_cold: Path, before_warm: Path, after_cold: Path, after_warm: Path,
+                      repeats: tuple[Path, Path] | None = None) -> tuple[dict[str, Figure], dict[str, Table]]:
     """The same rows cold then warm on the tree before a change and on this tree: each side's walls,
-    per-program time (both runs' walls over both runs' programs) and cold/warm agreement, and the rows whose
-    verdict is the same before and after in the cold runs and in the warm runs."""
+    per-program time (its runs' walls over their programs) and agreement, and the rows whose verdict is the
+    same on both sides in every run. ``repeats`` (a second warm run of each side, BEFORE then AFTER) gives
+    each side three pairs (cold-warm, cold-warm2, warm-warm2) where one pair's agreement is a noisy sample:
+    a side's agreement figure is then the median over its pairs of each pair's median and p95."""
     runs = {"before cold": before_cold, "before warm": before_warm, "after cold": after_cold, "after warm": after_warm}
+    if repeats:
+        runs |= {"before warm2": repeats[0], "after warm2": repeats[1]}
     loaded = {name: load_run(path) for name, path in runs.items()}
     walls = {name: run_summary(path)["wall_s"] for name, path in runs.items()}
     rows = sorted(set().union(*(set(r) for r in loaded.values())))
     figures: dict[str, Figure] = {}
+    pairs: list[list[Figure]] = []
     for side in ("before", "after"):
-        cold, warm = loaded[f"{side} cold"], loaded[f"{side} warm"]
-        agree = run_agreement(cold, warm)
+        mine = [name for name in runs if name.startswith(side)]
+        agreements = []
+        for i, first in enumerate(mine):
+            for second in mine[i + 1:]:
+                agree = run_agreement(loaded[first], loaded[second])
+                agreements.append(agree)
+                pairs.append([side, f"{first.split()[1]}-{second.split()[1]}", agree["rows"], _pct(agree["median"]),
+                              _pct(agree["p95"])])
         figures |= {f"{side}_cold_wall_s": walls[f"{side} cold"], f"{side}_warm_wall_s": walls[f"{side} warm"],
-                    f"{side}_per_program_s": round((walls[f"{side} cold"] + walls[f"{side} warm"])
-                                                   / max(len(cold) + len(warm), 1), 2),
-                    f"{side}_agreement_median_pct": _pct(agree["median"]),
-                    f"{side}_agreement_p95_pct": _pct(agree["p95"])}
+                    f"{side}_per_program_s": round(sum(walls[n] for n in mine)
+                                                   / max(sum(len(loaded[n]) for n in mine), 1), 2),
+                    f"{side}_agreement_median_pct": _pct(statistics.median(a["median"] for a in agreements)),
+                    f"{side}_agreement_p95_pct": _pct(statistics.median(a["p95"] for a in agreements))}
 
     def verdicts(pid: str) -> list[str]:
         return [verdict(loaded[name][pid]) if pid in loaded[name] else "not_run" for name in runs]
 
-    changed = [[pid, *v] for pid in rows if (v := verdicts(pid))[0] != v[2] or v[1] != v[3]]
+    names = list(runs)
+    matched = [(names.index(f"before {run}"), names.index(f"after {run}")) for run in ("cold", "warm", "warm2")
+               if f"before {run}" in runs]
+    changed = [[pid, *v] for pid in rows for v in [verdicts(pid)] if any(v[b] != v[a] for b, a in matched)]
     figures |= {"verdicts_same": len(rows) - len(changed), "rows": len(rows)}
     table = [[name, walls[name], len(loaded[name]), sum(e.ok for e in loaded[name].values())] for name in runs]
     return figures, {"runs": Table(["run", "wall s", "programs", "ok"], table),
+                     "agreement": Table(["side", "runs", "rows ok in both", "median %", "p95 %"], pairs),
                      "verdict_changes": Table(["problem", *runs], changed)}
 
 
@@ -279,6 +294,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="how the one-GPU and two-GPU runs started (warm: each must have built nothing itself)")
     ap.add_argument("--rl", type=Path, nargs="+", help="learning_gpu.py outputs (their last line), one a run")
     ap.add_argument("--regression", type=Path, nargs=4, metavar=("BEFORE_COLD", "BEFORE_WARM", "AFTER_COLD", "AFTER_WARM"))
+    ap.add_argument("--repeat", type=Path, nargs=2, metavar=("BEFORE_WARM2", "AFTER_WARM2"),
+                    help="with --regression: a second warm run of each side, for three agreement pairs a side")
     ap.add_argument("--out", type=Path, required=True, help="the results folder, e.g. results/release-h200")
     ap.add_argument("--provenance", type=Path, help="a JSON file recording the runs' title, date, commit, hardware, "
                     "command and notes (kept beside them); the options below override it")
@@ -319,7 +336,7 @@ def main(argv: list[str] | None = None) -> Path:
     elif args.mode == "rl":
         figures, tables = rl_result(args.rl)
     else:
-        figures, tables = regression_result(*args.regression)
+        figures, tables = regression_result(*args.regression, repeats=args.repeat)
     path = write_result(args.out, title=args.title or TITLES[args.mode], command=args.command, hardware=args.hardware,
                         figures=figures, tables=tables, notes=args.notes or "", date=args.date,
                         commit=args.commit or git_commit())

@@ -6,7 +6,7 @@
 #       [UNTIL_S=540] [KEEP=$OUT] [TREE=.] [EXTRA="--baselines cuda_graph"] bash benchmarks/release_run.sh
 #
 # Each step is benchmarks/release_eval.py into RUN/<step>. `cold` first empties the build cache
-# ($TMPDIR/cudal1-extensions) unless it is resuming. `warm` measures the same rows on the cache a cold run
+# ($TMPDIR/cudal1-extensions) unless it is resuming. `warm` (and `warm2`, a repeat) measures the same rows on the cache a cold run
 # left (RUN/cold, or FROM=dir), handed out largest first by what they cost there (COSTS=0: in the release's
 # order), and compares its figures with it (AGREE=0: not).
 # The steps run in a driver started in its own session (setsid), which the end of a device call does not
@@ -32,7 +32,7 @@ command_for() {  # step: release_eval.py's command line for it
   local args=(--release "$RELEASE" --devices "${DEVICES:-cuda:0}" --out "$RUN/$1")
   [ -n "${LIMIT:-}" ] && args+=(--limit "$LIMIT")
   [ -n "${ROWS:-}" ] && args+=(--rows "$ROWS")
-  if [ "$1" = warm ]; then  # the cold run's rows in its costs' order (largest first), compared with it
+  if [ "${1#warm}" != "$1" ]; then  # warm, warm2...: the cold run's rows in its costs' order (largest first), compared with it
     [ "${COSTS:-1}" = 1 ] && args+=(--costs-from "$FROM/results.jsonl")
     [ "${AGREE:-1}" = 1 ] && args+=(--agree-with "$FROM/results.jsonl")
   fi

@@ -221,6 +221,9 @@ def test_regression_interleaves_the_trees_with_the_options_both_understand(tmp_p
     assert [x.split(" && ")[0] for x in runs] == [f"cd {before}", f"cd {ROOT}"] * 2
     assert [("/cold " in x, "--agree-with" in x) for x in runs] == [(True, False)] * 2 + [(False, True)] * 2
     assert all("--limit 12" in x and "--costs-from" not in x for x in runs)
+    repeated = [x for x in _bash("regression.sh", env | {"REPEAT": "1"}).stdout.splitlines() if "release_eval.py" in x]
+    assert repeated[:4] == runs and [x.split(" && ")[0] for x in repeated[4:]] == [f"cd {before}", f"cd {ROOT}"]
+    assert all("/warm2 " in x and "--agree-with" in x and "/cold/results.jsonl" in x for x in repeated[4:])
     (before / "benchmarks" / "release_eval.py").write_text("# an older tree, with no option to compare two runs\n")
     older = [x for x in _bash("regression.sh", env).stdout.splitlines() if "release_eval.py" in x]
     assert not any("--agree-with" in x for x in older)

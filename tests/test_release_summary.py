@@ -181,6 +181,25 @@ def test_the_regression_result_compares_walls_agreement_and_verdicts(tmp_path: P
     assert [r[0] for r in tables["runs"].rows] == ["before cold", "before warm", "after cold", "after warm"]
 
 
+def test_a_repeat_warm_run_gives_each_side_three_pairs_and_their_median(tmp_path: Path) -> None:
+    bench = load_script("release_bench")
+
+    def run(name: str, wall: float, speedups: list[float]) -> Path:
+        rows = [Evaluation(f"L1-{i + 1}", "c", Status.OK, speedup=s) for i, s in enumerate(speedups)]
+        return _run(tmp_path / name, rows, calls=[{"wall_s": wall, "evaluations_before": 0, "evaluations_after": len(rows)}])
+
+    runs = [run("bc", 30.0, [1.0, 2.0]), run("bw", 20.0, [1.1, 2.0]), run("ac", 30.0, [1.0, 2.0]),
+            run("aw", 20.0, [1.0, 2.0])]
+    figures, tables = bench.regression_result(*runs, repeats=(run("bw2", 10.0, [1.0, 2.0]), run("aw2", 10.0, [1.0, 2.4])))
+    assert [row[:2] for row in tables["agreement"].rows] == [
+        ["before", "cold-warm"], ["before", "cold-warm2"], ["before", "warm-warm2"],
+        ["after", "cold-warm"], ["after", "cold-warm2"], ["after", "warm-warm2"]]
+    # before: medians 5%, 0%, 4.55% -> 4.55%; after: 0%, 10%, 10% -> 10%
+    assert (figures["before_agreement_median_pct"], figures["after_agreement_median_pct"]) == (4.55, 10.0)
+    assert (figures["before_per_program_s"], figures["after_per_program_s"]) == (10.0, 10.0)  # 60 s over 6
+    assert figures["verdicts_same"] == 2 and tables["verdict_changes"].rows == []
+
+
 def test_one_mode_a_call(tmp_path: Path) -> None:
     bench = load_script("release_bench")
     common = ["--out", str(tmp_path), "--hardware", "h", "--command", "c"]
