@@ -86,12 +86,29 @@ class TeacherParams:
 
 
 @dataclass(frozen=True)
+class FileTeacherParams:
+    """Programs read from a file as a teacher's answers (cudal1.generation.files): a CUDA-L1 release
+    (.jsonl rows with level_id, task_id, custom_code) or a .jsonl/.parquet table with problem_id and program
+    (or source) columns, and optionally analysis. Each program is evaluated like any candidate."""
+
+    name: str  # a label: the candidates' origin is teacher:<name>
+    path: str  # the file (relative paths start at the params file's folder)
+    # The file's problem id -> this run's, for a suite that names the file's problems otherwise (the starter
+    # suite's starter-L1-8 is KernelBench's L1-12); ids not listed are taken as they are.
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AugmentParams:
     problems: str = "data/problems/problems.parquet"  # input: the problems stage's output
     out_dir: str = "data/augment"  # candidates.parquet, evaluations.parquet, corpus.parquet
     template: TemplateParams = field(default_factory=TemplateParams)  # the offline template teacher
     # OpenAI-compatible endpoints asked for candidates; none by default (offline).
     teachers: tuple[TeacherParams, ...] = ()
+    # Files of programs proposed as a teacher's (a CUDA-L1 release, an earlier run's table). None by default:
+    # the release's plain-PyTorch programs do run on the starter problems they match (configs/cpu-cudal1-release.yaml
+    # maps the ids), but the release is GPL data outside the repository that a fresh clone does not have.
+    file_teachers: tuple[FileTeacherParams, ...] = ()
     # Where candidates are evaluated: cpu or cuda:N, one candidate timed per device at a time.
     devices: tuple[str, ...] = ("cpu",)
     # How candidates are checked and timed (EvalConfig fields; unlisted ones keep their defaults).
@@ -105,9 +122,9 @@ class AugmentParams:
     completions_cache: str = "data/cache/completions.jsonl"
 
     def __post_init__(self) -> None:
-        names = [t.name for t in self.teachers]
+        names = [t.name for t in self.teachers] + [t.name for t in self.file_teachers]
         if len(set(names)) != len(names):
-            raise ValueError(f"teacher names must be unique, got {names}")
+            raise ValueError(f"teacher names must be unique across teachers and file_teachers, got {names}")
 
 
 @dataclass(frozen=True)
@@ -290,7 +307,7 @@ def _resolve_paths(params: Any, root: Path) -> Any:
             changes[f.name] = str(root / value)
         elif f.name == "reuse":
             changes[f.name] = tuple(str(root / v) for v in value)
-        elif f.name == "suites":
+        elif f.name in ("suites", "file_teachers"):
             changes[f.name] = tuple(
                 dataclasses.replace(s, path=str(root / s.path)) if s.path else s for s in value
             )
@@ -298,6 +315,12 @@ def _resolve_paths(params: Any, root: Path) -> Any:
 
 
 def _check_paths(params: Any, section: str) -> None:
+    for i, teacher in enumerate(getattr(params, "file_teachers", ())):
+        if not Path(teacher.path).is_file():
+            raise ParamsError(
+                f"{section}.file_teachers[{i}].path: {teacher.path} does not exist. Point it at a CUDA-L1 release "
+                ".jsonl or a .jsonl/.parquet of problem_id and program (relative paths start at the params file's "
+                "folder), or remove that teacher.")
     for i, suite in enumerate(getattr(params, "suites", ()) if isinstance(params, ProblemsParams) else ()):
         if suite.path and not Path(suite.path).exists():
             raise ParamsError(

@@ -132,7 +132,7 @@ def corpus_schema() -> dict:
 
     return {"problem_id": pl.String, "level": pl.Int64, "reference": pl.String, "candidate_id": pl.String,
             "origin": pl.String, "source": pl.String, "speedup": pl.Float64, "reference_ms": pl.Float64,
-            "candidate_ms": pl.Float64, "device_name": pl.String, "config_hash": pl.String}
+            "candidate_ms": pl.Float64, "device_name": pl.String, "config_hash": pl.String, "analysis": pl.String}
 
 
 @task(cache_policy=NO_CACHE)

@@ -38,6 +38,11 @@ class ParsedResponse:
     def well_formed(self) -> bool:
         return not self.errors
 
+    @property
+    def analysis(self) -> str:
+        """The Performance Analysis section's text; '' when it is missing or empty."""
+        return self.sections.get("Performance Analysis", "")
+
 
 def _sections(text: str) -> dict[str, tuple[int, int, str]]:
     """Section name -> (start, end, body). A repeated heading keeps its last occurrence."""
