@@ -264,22 +264,49 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def load_params(path: str | Path, section: str) -> Any:
-    """Read ``section`` of the YAML file at ``path`` into its frozen dataclass, resolving relative
-    paths against the file's directory. A missing section gives the defaults."""
+def read_document(path: str | Path, overlay: str | Path | None = None) -> dict[str, Any]:
+    """The params file as data, with ``overlay`` (a YAML file of the same shape, e.g. configs/gpu-real-model.yaml)
+    merged over it: a mapping merges key by key, anything else (a list, a value) replaces."""
+    document = _read_yaml(Path(path), "run from the repository root or pass --params PATH")
+    if overlay is not None:
+        document = merge(document, _read_yaml(Path(overlay), "fix --params-overlay (or CUDAL1_PARAMS_OVERLAY)"))
+    return document
+
+
+def _read_yaml(path: Path, fix: str) -> dict[str, Any]:
     import yaml
 
-    path = Path(path)
-    if section not in SECTIONS:
-        raise ParamsError(f"unknown params section {section!r}; known sections: {', '.join(SECTIONS)}")
     if not path.is_file():
-        raise ParamsError(f"{path}: no params file; run from the repository root or pass --params PATH")
+        raise ParamsError(f"{path}: no params file; {fix}")
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(document, Mapping):
         raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+    return dict(document)
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: mappings key by key, everything else replaced.
+
+    >>> merge({"sft": {"lora": False, "epochs": 20}, "problems": {"ids": ["a"]}}, {"sft": {"lora": True}, "problems": {"ids": []}})
+    {'sft': {'lora': True, 'epochs': 20}, 'problems': {'ids': []}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+    return out
+
+
+def load_params(path: str | Path, section: str, overlay: str | Path | None = None) -> Any:
+    """Read ``section`` of the YAML file at ``path`` (with ``overlay`` merged over it, see
+    :func:`read_document`) into its frozen dataclass, resolving relative paths against the params file's
+    directory, the overlay's included. A missing section gives the defaults."""
+    path = Path(path)
+    if section not in SECTIONS:
+        raise ParamsError(f"unknown params section {section!r}; known sections: {', '.join(SECTIONS)}")
+    document = read_document(path, overlay)
     raw = document.get(section) or {}
     params = build(SECTIONS[section], raw, section)
     params = _resolve_paths(params, path.parent.resolve())

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import AugmentParams, load_params, params_dict
+from cudal1.config import AugmentParams, params_dict
 from cudal1.generation.augment import CompletionCache, corpus_rows, run_teacher
 from cudal1.generation.teachers import extract_program
-from flows._common import main, repo_root, run_name, teachers_label
+from flows._common import main, repo_root, run_name, stage_params, teachers_label
 from tasks.evaluation import evaluate_candidates
 from tasks.generation import (
     check_teacher_task,
@@ -35,7 +35,7 @@ def _describe(p: AugmentParams) -> str:
 
 @flow(name="augment", flow_run_name=run_name("augment", _describe))
 def augment_flow(params_path: str = "params.yaml") -> int:
-    params: AugmentParams = load_params(params_path, "augment")
+    params: AugmentParams = stage_params(params_path, "augment")
     logger = get_run_logger()
     gpu = any(d.startswith("cuda") for d in params.devices)
     root = repo_root(params_path)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cudal1.config import ReportParams, load_params, params_dict
+from cudal1.config import ReportParams, params_dict
 from cudal1.reports import Report, build_report, write_report
-from flows._common import main, repo_root, run_name
+from flows._common import main, repo_root, run_name, stage_params
 from tasks.io import read_candidates_task, read_evaluations_task, read_problems_task
 from tasks.tracking import stage_run
 
@@ -24,7 +24,7 @@ def _describe(p: ReportParams) -> str:
 
 @flow(name="report", flow_run_name=run_name("report", _describe))
 def report_flow(params_path: str = "params.yaml") -> dict:
-    params: ReportParams = load_params(params_path, "report")
+    params: ReportParams = stage_params(params_path, "report")
     root = repo_root(params_path)
     with stage_run("report", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import load_params, params_dict
+from cudal1.config import params_dict
 from cudal1.training.params import SelfSupervisedParams
-from flows._common import main, policy_label, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name, stage_params
 from tasks.io import read_problems_task
 from tasks.learning import (
     SeriesBuffer,
@@ -33,7 +33,7 @@ def _describe(p: SelfSupervisedParams) -> str:
 
 @flow(name="self_supervised", flow_run_name=run_name("self_supervised", _describe))
 def self_supervised_flow(params_path: str = "params.yaml") -> list:
-    params: SelfSupervisedParams = load_params(params_path, "self_supervised")
+    params: SelfSupervisedParams = stage_params(params_path, "self_supervised")
     root = repo_root(params_path)
     with stage_run("self_supervised", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)

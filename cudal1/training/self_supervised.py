@@ -110,7 +110,7 @@ def run_self_supervised(
     summaries: list[dict[str, Any]] = []
     step = 0
     for r in range(settings.rounds):
-        backend = TransformersBackend(model, tokenizer, device=str(model.device), batch_size=settings.sampling.batch_size,
+        backend = TransformersBackend(model, tokenizer, batch_size=settings.sampling.batch_size,
                                       seed=settings.finetune.seed + r)
         model, summary, samples = self_supervised_round(
             model, tokenizer, backend, problems, pool, evaluate, settings, r, work_dir,
