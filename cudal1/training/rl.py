@@ -163,7 +163,8 @@ def run_contrastive_rl(
     reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
                            pool_path=pool_path, cache=cache, cache_path=cache_path, stage="contrastive_rl",
                            admit=settings.prompts.admit,
-                           admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution)
+                           admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution,
+                           require_analysis=True)
     funcs: list[Any] = [reward]
     weights = [1.0]
     if settings.format_weight:

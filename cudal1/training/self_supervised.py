@@ -51,9 +51,10 @@ def self_supervised_round(
     (problem_id, completion, status, speedup) for the stage's data output."""
     samples = sample_candidates(backend, problems, pool, settings.sampling, settings,
                                 seed=settings.finetune.seed + 1000 * round_index)
+    before = {e.key for e in pool.entries() if e.ok}
     judge = SpeedupReward(problems, evaluate, pool, pool_path=pool_path, cache=cache, cache_path=cache_path,
                           stage=f"self_supervised-{round_index}", admit=settings.prompts.admit,
-                          admit_margin=settings.prompts.admit_margin)
+                          admit_margin=settings.prompts.admit_margin, require_analysis=True)
     judge([s["completion"] for s in samples], prompts=[s["prompt"] for s in samples],
           problem_id=[s["problem_id"] for s in samples])
     for row, record in zip(samples, judge.history, strict=True):
