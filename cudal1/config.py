@@ -150,6 +150,9 @@ class ReportParams:
     out_dir: str = "reports"  # report.md, metrics.json, plots/
     threshold: float = 1.01  # CUDA-L1 counts a problem as sped up above 1.01x
     title: str = "cudal1 report"  # the report's heading
+    # The self_supervised stage's rounds table, shown in the report (each round's success and the corpus's
+    # growth); null: no such section.
+    learning_rounds: str | None = "reports/learning/self_supervised_rounds.csv"
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,7 @@ def params_dict(params: Any) -> dict[str, Any]:
 # one place a stage's paths are resolved (flows and tasks use them as they come).
 _PATH_KEYS = ("problems", "out", "out_dir", "candidates", "release", "evaluations", "measurements_cache", "completions_cache",
               "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots", "metrics",
-              "registration")
+              "registration", "learning_rounds")
 
 
 def _resolve_paths(params: Any, root: Path) -> Any:

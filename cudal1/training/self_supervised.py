@@ -69,6 +69,10 @@ def self_supervised_round(
         "problems_solved": len({s["problem_id"] for s in correct}),
         "generated_tokens": tokens,
         "evaluated": judge.evaluated,
+        # The corpus's growth: correct programs the pool did not hold (the next round's exemplars and
+        # training programs come from it), and how many correct programs it holds after the round.
+        "new_correct": len({e.key for e in pool.entries() if e.ok} - before),
+        "pool_correct": sum(e.ok for e in pool.entries()),
     }
     # Training prompts are drawn again from the pool, which now holds this round's programs too: the
     # policy then learns on prompts like those of the next round and of RL, whose exemplars are its own
