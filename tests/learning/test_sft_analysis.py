@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from cudal1.candidates import Candidate
 from cudal1.generation.templates import template_source
-from cudal1.pool import CandidatePool, PoolEntry
+from cudal1.pool import PoolEntry
 from cudal1.prompts import parse_response
 from cudal1.training.analysis import describe_change
 from cudal1.training.data import sft_examples, tokenizer_texts
