@@ -1,6 +1,6 @@
-"""The learning stages measured: on a GPU the smoke run and the recipe, on the CPU the runs' results and the
-format-weight comparison. One use a call, each through the stages' core functions (cudal1.training,
-cudal1.generation), not a copy of them:
+"""The learning stages measured: on a GPU the smoke run and the recipe, on the CPU the format-weight
+comparison. One use a call, each through the stages' core functions (cudal1.training, cudal1.generation),
+not a copy of them:
 
     # GPU smoke run: tiny policy -> SFT -> one contrastive-RL epoch on the first starter problems; its last
     # output line (JSON) is what benchmarks/release_bench.py --rl reads
@@ -9,8 +9,7 @@ cudal1.generation), not a copy of them:
     # SFT -> self-supervised rounds -> contrastive RL, each epoch measured on its problems and on held-out ones
     PYTHONPATH=. python3 benchmarks/learning_gpu.py --recipe --params-overlay configs/gpu-real-model.yaml \\
         --model /models/qwen-coder-1.5b --out /tmp/recipe
-    # afterwards, on the CPU machine: a recipe run as a results folder (result.json, epochs.csv, curves.png)
-    python benchmarks/learning_gpu.py --record /tmp/recipe --result results/learning-h100 --commit abc1234
+    # (benchmarks/release_bench.py --recipe /tmp/recipe turns the run into a results folder with its curves)
     # on the CPU after `make run`: contrastive RL from the pipeline's self-supervised policy under each format
     # weight and seed, one run at a time -> results/format-weight
     nice python benchmarks/learning_gpu.py --format-weights 0 0.5 --seeds 0 1 2 --result results/format-weight
@@ -90,6 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--problems", type=int, default=15, help="smoke: first N starter problems")
+    parser.add_argument("--problems-limit", type=int, default=None, help="recipe: the first N training problems")
     parser.add_argument("--sft-epochs", type=float, default=20, help="smoke: SFT epochs")
     parser.add_argument("--generations", type=int, default=4, help="smoke: G")
     parser.add_argument("--out", default="/tmp/cudal1-learning-gpu")
@@ -100,10 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--params-overlay", default=None, help="a YAML file merged over --params")
     parser.add_argument("--model", default=None, help="recipe: the policy (hub id or folder) instead of policy.model")
     parser.add_argument("--held-out", nargs="*", default=list(HELD_OUT), help="recipe: problem ids held out")
-    parser.add_argument("--record", default=None, metavar="RUN", help="a recipe run's folder -> --result")
     parser.add_argument("--format-weights", type=float, nargs="*", default=None, help="compare these weights")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="format weights: seeds of each")
-    parser.add_argument("--result", default=None, help="results folder to write (record, format weights)")
+    parser.add_argument("--result", default=None, help="format weights: the results folder to write")
     parser.add_argument("--commit", default=None, help="the commit the run used (default: this checkout's)")
     parser.add_argument("--dry-run", action="store_true", help="print the settings and stop")
     args = parser.parse_args(argv)
@@ -257,113 +256,127 @@ def recipe_policy(train: list, corpus: list, sections: dict, args: argparse.Name
     return model, tokenizer, summary | {"dropped_too_long": dropped, "model": policy.model}
 
 
-def recipe(args: argparse.Namespace) -> None:
-    """augment -> SFT -> self-supervised -> contrastive RL with the params (and overlay) given, every epoch also
-    measured on the held-out problems; writes OUT/learning.json as it goes, and prints it at the end."""
-    from dataclasses import replace
+def _entries(path: Path, entries: list | None = None) -> list:
+    """Pool entries kept as JSON in a run's folder (the GPU host has no polars): written when given, read else."""
+    from dataclasses import asdict
 
-    import torch
+    from cudal1.pool import PoolEntry
+
+    if entries is not None:
+        path.write_text(json.dumps([asdict(e) for e in entries]))
+        return entries
+    return [PoolEntry(**row) for row in json.loads(path.read_text())]
+
+
+def recipe_inputs(args: argparse.Namespace) -> tuple[dict, list, list]:
+    """The params sections (devices checked), the training problems (the first --problems of them when given)
+    and the held-out ones."""
+    from dataclasses import replace
 
     from cudal1.config import load_params
     from cudal1.devices import check_devices
-    from cudal1.measured import git_commit
-    from cudal1.pool import CandidatePool
     from cudal1.problems import load_suites
-    from cudal1.training.evaluation import evaluator_fn
-    from cudal1.training.rl import held_out_metrics, run_contrastive_rl
-    from cudal1.training.self_supervised import run_self_supervised
 
     names = ("problems", "augment", "policy", "sft", "self_supervised", "contrastive_rl")
     sections = {s: load_params(args.params, s, args.params_overlay) for s in names}
     for s in ("augment", "self_supervised", "contrastive_rl"):
         check_devices(sections[s].devices, f"{s}.devices")
-    held_out = set(args.held_out)
-    train = load_suites(sections["problems"])
-    held = load_suites(replace(sections["problems"], ids=tuple(sorted(held_out)), limit=None)) if held_out else []
-    assert not held_out & {p.problem_id for p in train}, "a held-out problem is among the training problems"
+    held_out = tuple(sorted(set(args.held_out)))
+    train = load_suites(sections["problems"])[: args.problems_limit]
+    held = load_suites(replace(sections["problems"], ids=held_out, limit=None)) if held_out else []
+    assert not set(held_out) & {p.problem_id for p in train}, "a held-out problem is among the training problems"
+    return sections, train, held
+
+
+def recipe(args: argparse.Namespace) -> None:
+    """augment -> SFT -> self-supervised -> contrastive RL with the params (and overlay) given, every epoch also
+    measured on the held-out problems. OUT/learning.json grows as each stage ends; a rerun with the same OUT
+    resumes after the last finished stage (RL after its last finished epoch)."""
+
+    import torch
+
+    from cudal1.measured import git_commit
+    from cudal1.pool import CandidatePool
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.finetune import load_policy, save_policy
+    from cudal1.training.self_supervised import run_self_supervised
+
+    sections, train, held = recipe_inputs(args)
     out, clock = Path(args.out), Stopwatch()
     out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {
+    known = json.loads((out / "learning.json").read_text()) if (out / "learning.json").is_file() else {}
+    report: dict[str, Any] = known | {
         "command": " ".join(["python3", "benchmarks/learning_gpu.py", *sys.argv[1:]]), "commit": args.commit or git_commit(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()), "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "problems": [p.problem_id for p in train], "held_out": [p.problem_id for p in held]}
     save = lambda: (out / "learning.json").write_text(json.dumps(report, indent=1, default=float) + "\n")  # noqa: E731
-    t0 = time.perf_counter()
-    corpus, held_corpus, report["augment"] = recipe_augment(train + held, held_out, sections["augment"], clock)
-    report["augment"]["seconds"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model, tokenizer, report["sft"] = recipe_policy(train, corpus, sections, args, out)
-    report["sft"]["seconds"] = time.perf_counter() - t0
-    save()
-    ssl, rl = sections["self_supervised"], sections["contrastive_rl"]
-    by_id, held_by_id, pool = {p.problem_id: p for p in train}, {p.problem_id: p for p in held}, CandidatePool(corpus)
-    t0 = time.perf_counter()
-    with evaluator_fn(ssl.protocol, ssl.devices) as evaluate:
-        model, report["self_supervised"] = run_self_supervised(model, tokenizer, by_id, pool, evaluate, ssl, out / "ssl")
-    report["self_supervised_seconds"] = time.perf_counter() - t0
-    save()
-    settings = replace(rl, epochs=args.rl_epochs or rl.epochs)
+    if "augment" not in report:
+        t0 = time.perf_counter()
+        corpus, held_corpus, report["augment"] = recipe_augment(train + held, set(args.held_out), sections["augment"], clock)
+        report["augment"]["seconds"] = time.perf_counter() - t0
+        _entries(out / "corpus.json", corpus), _entries(out / "held-out-corpus.json", held_corpus), save()
+    corpus, held_corpus = _entries(out / "corpus.json"), _entries(out / "held-out-corpus.json")
+    if "sft" not in report:
+        t0 = time.perf_counter()
+        model, tokenizer, report["sft"] = recipe_policy(train, corpus, sections, args, out)
+        report["sft"]["seconds"] = time.perf_counter() - t0
+        save_policy(model, tokenizer, out / "sft-policy"), save()
+    ssl, by_id = sections["self_supervised"], {p.problem_id: p for p in train}
+    if "self_supervised" not in report:
+        model, tokenizer = load_policy(out / "sft-policy")
+        pool, t0 = CandidatePool(corpus), time.perf_counter()
+        with evaluator_fn(ssl.protocol, ssl.devices) as evaluate:
+            model, report["self_supervised"] = run_self_supervised(model, tokenizer, by_id, pool, evaluate, ssl, out / "ssl")
+        report["self_supervised_seconds"] = time.perf_counter() - t0
+        save_policy(model, tokenizer, out / "ssl-policy"), _entries(out / "pool.json", pool.entries()), save()
+    recipe_rl(args, sections["contrastive_rl"], by_id, {p.problem_id: p for p in held}, held_corpus, report, save, clock)
+    print(json.dumps(report, default=float))
+
+
+def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, held_corpus: list, report: dict,
+              save: Any, clock: Stopwatch) -> None:
+    """The RL epochs not finished in OUT/rl, each epoch's figures, time split and held-out figures appended to
+    ``report["rl_epochs"]`` (and saved) as it ends; the pool kept in OUT/pool-rl.json."""
+    from dataclasses import replace
+
+    from cudal1.pool import CandidatePool
+    from cudal1.training.evaluation import evaluator_fn
+    from cudal1.training.finetune import load_policy
+    from cudal1.training.rl import held_out_metrics, run_contrastive_rl
+
+    out, settings = Path(args.out), replace(rl, epochs=args.rl_epochs or rl.epochs)
+    model, tokenizer = load_policy(out / "ssl-policy")
+    kept = out / "pool-rl.json"
+    pool = CandidatePool(_entries(kept if kept.is_file() else out / "pool.json"))
     model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
     held_pool, held_cache, splits = CandidatePool(held_corpus), CandidatePool(), []
+    report.setdefault("rl_epochs", [])
 
-    def after_epoch(epoch: int, policy: Any, evaluate: Any) -> dict[str, float]:
+    def after_epoch(policy: Any, evaluate: Any) -> dict[str, float]:
         start, generated = time.perf_counter(), clock.seconds.get("generation", 0.0)
         figures = held_out_metrics(policy, tokenizer, held_by_id, held_pool, clock.evaluator("held_out_evaluation",
                                    evaluate), settings, cache=held_cache, seed=settings.seed) if held_by_id else {}
         clock.add("held_out", time.perf_counter() - start)
         return figures | {"held_out_generation_s": clock.seconds.get("generation", 0.0) - generated}
 
+    timed = epoch_splits(clock, splits)
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        timed(epoch, metrics)
+        report["rl_epochs"].append(metrics | splits[-1])
+        _entries(kept, pool.entries()), save()
+
     with evaluator_fn(settings.protocol, settings.devices) as evaluate:
-        report["held_out_before_rl"] = after_epoch(-1, model, evaluate)
-        save()
+        if "held_out_before_rl" not in report:
+            report["held_out_before_rl"] = after_epoch(model, evaluate)
+            save()
         t0 = time.perf_counter()
-        model, epochs = run_contrastive_rl(
-            model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
-            on_epoch=epoch_splits(clock, splits), after_epoch=lambda e, m: after_epoch(e, m, evaluate))
-    report["rl_epochs"] = [e | part for e, part in zip(epochs, splits, strict=True)]
-    report["rl_seconds"] = time.perf_counter() - t0
+        run_contrastive_rl(model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
+                           on_epoch=on_epoch, after_epoch=lambda e, m: after_epoch(m, evaluate),
+                           load_model=lambda path: load_policy(path)[0])
+    report["rl_seconds"] = report.get("rl_seconds", 0.0) + time.perf_counter() - t0
     save()
-    print(json.dumps(report, default=float))
-
-
-EPOCH_COLUMNS = ("epoch", "success_rate", "mean_speedup", "max_speedup", "mean_reward", "held_out_success_rate",
-                 "held_out_mean_speedup", "held_out_max_speedup", "held_out_mean_reward", "generation_s", "builds_s",
-                 "evaluation_s", "training_and_other_s", "held_out_s", "total_s")
-
-
-def record(args: argparse.Namespace) -> None:
-    """A recipe run's learning.json as a results folder (CPU side): result.json through cudal1.measured, the
-    epochs as epochs.csv and the curves as curves.png. Zeros stay zeros; a figure the run lacks stays empty."""
-    import csv
-    import math
-
-    from cudal1.measured import Table, write_result
-    from cudal1.reports import plot_series
-
-    run = json.loads((Path(args.record) / "learning.json").read_text())
-    before = {"epoch": -1} | {k: v for k, v in run.get("held_out_before_rl", {}).items()}
-    rows = [before] + run["rl_epochs"]
-    cell = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 4)  # noqa: E731
-    table = [[cell(r.get(c)) for c in EPOCH_COLUMNS] for r in rows]
-    folder = Path(args.result)
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "epochs.csv").open("w", newline="") as handle:
-        csv.writer(handle).writerows([EPOCH_COLUMNS, *table])
-    plot_series(rows[1:], "epoch", ["success_rate", "held_out_success_rate", "mean_reward", "held_out_mean_reward"],
-                folder / "curves.png", "Contrastive RL per epoch: training and held-out problems")
-    last = run["rl_epochs"][-1]
-    figures = {k: cell(last.get(k)) for k in EPOCH_COLUMNS[1:9]} | {
-        "epochs": len(run["rl_epochs"]), "problems": len(run["problems"]), "held_out": len(run["held_out"]),
-        "held_out_success_rate_before_rl": cell(before.get("held_out_success_rate")),
-        "corpus_programs": sum(run["augment"]["correct_by_origin"].values()), "rl_seconds": cell(run["rl_seconds"])}
-    write_result(folder, title="The recipe on one GPU: contrastive RL per epoch, on its problems and held-out ones",
-                 command=run["command"], hardware=f"1x {run['device']}", date=run["date"], commit=args.commit or run["commit"],
-                 figures=figures, tables={"epochs": Table(list(EPOCH_COLUMNS), table)},
-                 notes="epoch -1: the self-supervised policy before RL (held-out figures only); builds_s is summed "
-                       "over programs, inside evaluation_s. Stages: " + json.dumps(
-                           {k: run[k] for k in ("augment", "sft", "self_supervised") if k in run}, default=float))
-    print(f"{folder}: result.json, epochs.csv, curves.png")
 
 
 def compare_format_weights(args: argparse.Namespace) -> None:
@@ -418,9 +431,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         print(json.dumps(vars(args) | {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
         return
-    if args.record:
-        record(args)
-    elif args.format_weights is not None:
+    if args.format_weights is not None:
         compare_format_weights(args)
     elif args.recipe:
         recipe(args)

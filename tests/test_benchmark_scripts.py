@@ -145,8 +145,8 @@ RELU = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n   
 @pytest.mark.slow
 def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) -> None:
     """The recipe mode end to end at a CPU test's size (the GPU run is the same code with the GPU overlay):
-    every stage runs, each epoch has its time split and its held-out figures, and --record makes a results
-    folder of it."""
+    every stage runs, each epoch has its time split and its held-out figures, a rerun resumes, and
+    release_bench.py --recipe makes a results folder of it."""
     import yaml
 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY_RECIPE))
@@ -165,8 +165,12 @@ def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) 
                 "builds_s", "evaluation_s", "training_and_other_s", "held_out_s"):
         assert key in epoch, key
     assert epoch["held_out_completions"] == 2.0  # 1 problem x G=2, scored like the RL reward
-    recorded = subprocess.run([sys.executable, str(BENCHMARKS / "learning_gpu.py"), "--record", str(out), "--result",
-                               str(tmp_path / "learning-cpu")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    # a rerun resumes: every stage is done, nothing runs again
+    again = subprocess.run(done.args, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0 and json.loads((out / "learning.json").read_text())["rl_epochs"] == run["rl_epochs"]
+    recorded = subprocess.run([sys.executable, str(BENCHMARKS / "release_bench.py"), "--recipe", str(out), "--out",
+                               str(tmp_path / "learning-cpu"), "--commit", "abc1234", "--hardware", "2-core CPU",
+                               "--command", run["command"]], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert recorded.returncode == 0, recorded.stderr[-3000:]
     from cudal1.measured import read_result
 
@@ -174,6 +178,7 @@ def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) 
     assert result.commit == "abc1234" and result.figures["epochs"] == 1 and result.figures["held_out"] == 1
     assert [r[0] for r in result.table("epochs").rows] == [-1, 0]  # before RL, then each epoch
     assert (tmp_path / "learning-cpu" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "learning-cpu" / "epochs.csv").read_text().startswith("epoch,success_rate,")
 
 
 @pytest.mark.slow
