@@ -43,8 +43,9 @@ sandbox:
 	fi
 	@$(BIN)/python -c "from cudal1.evaluator.sandbox import sandbox_available as s; print('evaluator sandbox (fresh uid per worker):', 'on' if s() else 'off (not root: workers share your uid)')"
 
+# OVERLAY=FILE merges a params overlay over params.yaml for every stage, e.g. make run OVERLAY=configs/gpu-real-model.yaml
 run: setup
-	$(BIN)/python -m flows.pipeline
+	$(BIN)/python -m flows.pipeline $(if $(OVERLAY),--params-overlay $(OVERLAY))
 
 # Three workers on two cores: many tests wait on subprocesses, servers and timeouts. loadgroup keeps the tests
 # that share an expensive fixture on one worker, in file order (tests/conftest.py marks them). docs/testing.md.

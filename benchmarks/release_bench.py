@@ -12,6 +12,8 @@ standard library and this package (the CPU machine, after the runs come back); o
         --out results/rl-share-h200 --date ... --commit ... --hardware ... --command ...
     python benchmarks/release_bench.py --regression BEFORE_COLD BEFORE_WARM AFTER_COLD AFTER_WARM \\
         [--repeat BEFORE_WARM2 AFTER_WARM2] --out results/regression-40 --date ... --commit ... --hardware ... --command ...
+    python benchmarks/release_bench.py --recipe RUN --out results/learning-h100 --date ... --commit ... \\
+        --hardware ... --command ...      # a learning_gpu.py --recipe run; also epochs.csv and curves.png
 
 ``--provenance FILE`` takes the date, commit, hardware, command, title and notes from a JSON file kept beside
 the runs instead: the reproduction pipeline (reproduction/dvc.yaml) derives results/release-h200 and
@@ -277,8 +279,45 @@ def regression_result(before_cold: Path, before_warm: Path, after_cold: Path, af
 
 
 PROVENANCE = ("title", "date", "commit", "hardware", "command", "notes")  # what --provenance may record
+
+
+EPOCH_COLUMNS = ("epoch", "success_rate", "mean_speedup", "max_speedup", "mean_reward", "held_out_success_rate",
+                 "held_out_mean_speedup", "held_out_max_speedup", "held_out_mean_reward", "generation_s", "builds_s",
+                 "evaluation_s", "training_and_other_s", "held_out_s", "total_s")
+
+
+def recipe_result(run_dir: Path, out: Path) -> tuple[dict[str, Figure], dict[str, Table]]:
+    """A recipe run of learning_gpu.py (its learning.json): each RL epoch's figures on its problems and on the
+    held-out ones and its time split, epoch -1 being the policy before RL (held-out figures only); also
+    epochs.csv and curves.png beside result.json. A figure the run lacks stays empty, zeros stay zeros."""
+    import math
+
+    from cudal1.reports import plot_series
+
+    run = json.loads((run_dir / "learning.json").read_text())
+    rows = [{"epoch": -1, **run.get("held_out_before_rl", {})}] + run["rl_epochs"]
+
+    def cell(value: Any) -> Figure:
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value, 4)
+
+    table = [[cell(r.get(c)) for c in EPOCH_COLUMNS] for r in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "epochs.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([EPOCH_COLUMNS, *table])
+    plot_series(rows[1:], "epoch", ["success_rate", "held_out_success_rate", "mean_reward", "held_out_mean_reward"],
+                out / "curves.png", "Contrastive RL per epoch: its problems and held-out ones")
+    figures = {k: cell(run["rl_epochs"][-1].get(k)) for k in EPOCH_COLUMNS[1:9]} | {
+        "epochs": len(run["rl_epochs"]), "problems": len(run["problems"]), "held_out": len(run["held_out"]),
+        "held_out_success_rate_before_rl": cell(rows[0].get("held_out_success_rate")),
+        "corpus_programs": sum(run["augment"]["correct_by_origin"].values()), "rl_s": cell(run.get("rl_seconds"))}
+    stages = [[name, cell(run[name].get("seconds")) if isinstance(run.get(name), dict) else None]
+              for name in ("augment", "sft")] + [["self_supervised", cell(run.get("self_supervised_seconds"))]]
+    return figures, {"epochs": Table(list(EPOCH_COLUMNS), table), "stages": Table(["stage", "seconds"], stages)}
+
+
 TITLES = {"release": "The CUDA-L1 H100 release re-measured cold then warm", "two_gpu": "One GPU against two",
-          "rl": "Evaluation's share of one RL epoch", "regression": "The first release rows before and after a change"}
+          "rl": "Evaluation's share of one RL epoch", "regression": "The first release rows before and after a change",
+          "recipe": "The recipe on one GPU: contrastive RL per epoch, on its problems and held-out ones"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -296,6 +335,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--regression", type=Path, nargs=4, metavar=("BEFORE_COLD", "BEFORE_WARM", "AFTER_COLD", "AFTER_WARM"))
     ap.add_argument("--repeat", type=Path, nargs=2, metavar=("BEFORE_WARM2", "AFTER_WARM2"),
                     help="with --regression: a second warm run of each side, for three agreement pairs a side")
+    ap.add_argument("--recipe", type=Path, help="a learning_gpu.py --recipe run's folder (its learning.json)")
     ap.add_argument("--out", type=Path, required=True, help="the results folder, e.g. results/release-h200")
     ap.add_argument("--provenance", type=Path, help="a JSON file recording the runs' title, date, commit, hardware, "
                     "command and notes (kept beside them); the options below override it")
@@ -314,9 +354,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if missing:
         ap.error(f"{' and '.join(missing)} (or --provenance with them): what ran the runs, and on what")
     modes = [m for m, given in (("release", args.cold or args.warm), ("two_gpu", args.one_gpu or args.two_gpu),
-                                ("rl", args.rl), ("regression", args.regression)) if given]
+                                ("rl", args.rl), ("regression", args.regression), ("recipe", args.recipe)) if given]
     if len(modes) != 1:
-        ap.error("one mode a call: --cold with --warm, --one-gpu with --two-gpu, --rl, or --regression")
+        ap.error("one mode a call: --cold with --warm, --one-gpu with --two-gpu, --rl, --regression or --recipe")
     args.mode = modes[0]
     if args.mode == "release" and not (args.release and args.cold and args.warm):
         ap.error("the release pair needs --release, --cold and --warm")
@@ -335,6 +375,8 @@ def main(argv: list[str] | None = None) -> Path:
         figures, tables = two_gpu_result(args.one_gpu, args.two_gpu, args.build_cache)
     elif args.mode == "rl":
         figures, tables = rl_result(args.rl)
+    elif args.mode == "recipe":
+        figures, tables = recipe_result(args.recipe, args.out)
     else:
         figures, tables = regression_result(*args.regression, repeats=args.repeat)
     path = write_result(args.out, title=args.title or TITLES[args.mode], command=args.command, hardware=args.hardware,

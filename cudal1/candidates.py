@@ -33,6 +33,9 @@ class Candidate:
     source: str
     origin: str = "unknown"
     candidate_id: str = ""
+    # The author's Performance Analysis, where it wrote one (a teacher's answer, a file's column): the SFT
+    # target of a corpus program carries it. Not part of the id: the program alone is what is measured.
+    analysis: str = ""
 
     def __post_init__(self) -> None:
         if not self.candidate_id:
@@ -126,7 +129,8 @@ def candidates_to_parquet(candidates: Iterable[Candidate], path: str | Path) -> 
     import polars as pl
 
     rows = [asdict(c) | {"sha256": c.sha256} for c in candidates]
-    schema = {"problem_id": pl.String, "source": pl.String, "origin": pl.String, "candidate_id": pl.String, "sha256": pl.String}
+    schema = {"problem_id": pl.String, "source": pl.String, "origin": pl.String, "candidate_id": pl.String,
+              "analysis": pl.String, "sha256": pl.String}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pl.DataFrame(rows, schema=schema).write_parquet(path)
 
@@ -140,7 +144,8 @@ def candidates_from_parquet(path: str | Path) -> list[Candidate]:
         raise ValueError(f"{path}: candidate table lacks columns {sorted(missing)}; expected problem_id, source[, origin, candidate_id]")
     out = []
     for row in df.iter_rows(named=True):
-        out.append(Candidate(row["problem_id"], row["source"], row.get("origin") or "unknown", row.get("candidate_id") or ""))
+        out.append(Candidate(row["problem_id"], row["source"], row.get("origin") or "unknown", row.get("candidate_id") or "",
+                             row.get("analysis") or ""))
     return out
 
 

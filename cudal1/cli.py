@@ -37,6 +37,17 @@ def _config(device: str, timeout_s: float | None, tolerance: float | None, trial
         raise typer.BadParameter(str(exc)) from exc
 
 
+def _check_devices(devices: list[str], option: str) -> None:
+    """A CUDA device this torch cannot reach ends the command here, naming the device and the fix (not in a
+    worker's traceback, nor as a reference that "failed")."""
+    from cudal1.devices import DeviceUnavailable, check_devices
+
+    try:
+        check_devices(devices, option)
+    except DeviceUnavailable as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"{option}: "), param_hint=option) from None
+
+
 def _prestart(config: EvalConfig) -> None:
     """The workers' fork server starts now, so its ``import torch`` runs beside this process's (the
     evaluator's import, next) instead of after it."""
@@ -78,6 +89,7 @@ def evaluate_one(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object as the last line")] = False,
 ) -> None:
     """Evaluate one candidate against one reference. Exit code 0 whatever the verdict."""
+    _check_devices([device], "--device")
     config = _config(device, timeout_s, tolerance, trials, correctness_trials)
     ref_src, cand_src = _read(reference, "--reference"), _read(candidate, "--candidate")
     _prestart(config)
@@ -108,6 +120,7 @@ def evaluate(
 ) -> None:
     """Evaluate a batch: parallel builds, one timing process per device, resumable."""
     device_list = [d.strip() for d in devices.split(",") if d.strip()]
+    _check_devices(device_list, "--devices")
     config = _config(device_list[0], timeout_s, tolerance, trials, correctness_trials)
     try:
         problem_list = load_problems(problems)
@@ -202,6 +215,7 @@ def optimize_command(
     from cudal1.optimize.loop import completion_cache
     from cudal1.optimize.outputs import messages, ranked_rows
 
+    _check_devices([device], "--device")
     config = _config(device, None, tolerance, trials, correctness_trials)
     out_dir = out or Path(f"{module.stem}-optimized")
     try:

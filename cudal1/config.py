@@ -86,12 +86,29 @@ class TeacherParams:
 
 
 @dataclass(frozen=True)
+class FileTeacherParams:
+    """Programs read from a file as a teacher's answers (cudal1.generation.files): a CUDA-L1 release
+    (.jsonl rows with level_id, task_id, custom_code) or a .jsonl/.parquet table with problem_id and program
+    (or source) columns, and optionally analysis. Each program is evaluated like any candidate."""
+
+    name: str  # a label: the candidates' origin is teacher:<name>
+    path: str  # the file (relative paths start at the params file's folder)
+    # The file's problem id -> this run's, for a suite that names the file's problems otherwise (the starter
+    # suite's starter-L1-8 is KernelBench's L1-12); ids not listed are taken as they are.
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AugmentParams:
     problems: str = "data/problems/problems.parquet"  # input: the problems stage's output
     out_dir: str = "data/augment"  # candidates.parquet, evaluations.parquet, corpus.parquet
     template: TemplateParams = field(default_factory=TemplateParams)  # the offline template teacher
     # OpenAI-compatible endpoints asked for candidates; none by default (offline).
     teachers: tuple[TeacherParams, ...] = ()
+    # Files of programs proposed as a teacher's (a CUDA-L1 release, an earlier run's table). None by default:
+    # the release's plain-PyTorch programs do run on the starter problems they match (configs/cpu-cudal1-release.yaml
+    # maps the ids), but the release is GPL data outside the repository that a fresh clone does not have.
+    file_teachers: tuple[FileTeacherParams, ...] = ()
     # Where candidates are evaluated: cpu or cuda:N, one candidate timed per device at a time.
     devices: tuple[str, ...] = ("cpu",)
     # How candidates are checked and timed (EvalConfig fields; unlisted ones keep their defaults).
@@ -105,9 +122,9 @@ class AugmentParams:
     completions_cache: str = "data/cache/completions.jsonl"
 
     def __post_init__(self) -> None:
-        names = [t.name for t in self.teachers]
+        names = [t.name for t in self.teachers] + [t.name for t in self.file_teachers]
         if len(set(names)) != len(names):
-            raise ValueError(f"teacher names must be unique, got {names}")
+            raise ValueError(f"teacher names must be unique across teachers and file_teachers, got {names}")
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,9 @@ class ReportParams:
     out_dir: str = "reports"  # report.md, metrics.json, plots/
     threshold: float = 1.01  # CUDA-L1 counts a problem as sped up above 1.01x
     title: str = "cudal1 report"  # the report's heading
+    # The self_supervised stage's rounds table, shown in the report (each round's success and the corpus's
+    # growth); null: no such section.
+    learning_rounds: str | None = "reports/learning/self_supervised_rounds.csv"
 
 
 @dataclass(frozen=True)
@@ -247,22 +267,49 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def load_params(path: str | Path, section: str) -> Any:
-    """Read ``section`` of the YAML file at ``path`` into its frozen dataclass, resolving relative
-    paths against the file's directory. A missing section gives the defaults."""
+def read_document(path: str | Path, overlay: str | Path | None = None) -> dict[str, Any]:
+    """The params file as data, with ``overlay`` (a YAML file of the same shape, e.g. configs/gpu-real-model.yaml)
+    merged over it: a mapping merges key by key, anything else (a list, a value) replaces."""
+    document = _read_yaml(Path(path), "run from the repository root or pass --params PATH")
+    if overlay is not None:
+        document = merge(document, _read_yaml(Path(overlay), "fix --params-overlay (or CUDAL1_PARAMS_OVERLAY)"))
+    return document
+
+
+def _read_yaml(path: Path, fix: str) -> dict[str, Any]:
     import yaml
 
-    path = Path(path)
-    if section not in SECTIONS:
-        raise ParamsError(f"unknown params section {section!r}; known sections: {', '.join(SECTIONS)}")
     if not path.is_file():
-        raise ParamsError(f"{path}: no params file; run from the repository root or pass --params PATH")
+        raise ParamsError(f"{path}: no params file; {fix}")
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(document, Mapping):
         raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+    return dict(document)
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: mappings key by key, everything else replaced.
+
+    >>> merge({"sft": {"lora": False, "epochs": 20}, "problems": {"ids": ["a"]}}, {"sft": {"lora": True}, "problems": {"ids": []}})
+    {'sft': {'lora': True, 'epochs': 20}, 'problems': {'ids': []}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+    return out
+
+
+def load_params(path: str | Path, section: str, overlay: str | Path | None = None) -> Any:
+    """Read ``section`` of the YAML file at ``path`` (with ``overlay`` merged over it, see
+    :func:`read_document`) into its frozen dataclass, resolving relative paths against the params file's
+    directory, the overlay's included. A missing section gives the defaults."""
+    path = Path(path)
+    if section not in SECTIONS:
+        raise ParamsError(f"unknown params section {section!r}; known sections: {', '.join(SECTIONS)}")
+    document = read_document(path, overlay)
     raw = document.get(section) or {}
     params = build(SECTIONS[section], raw, section)
     params = _resolve_paths(params, path.parent.resolve())
@@ -279,7 +326,7 @@ def params_dict(params: Any) -> dict[str, Any]:
 # one place a stage's paths are resolved (flows and tasks use them as they come).
 _PATH_KEYS = ("problems", "out", "out_dir", "candidates", "release", "evaluations", "measurements_cache", "completions_cache",
               "storage", "corpus", "policy", "pool", "data_dir", "work_dir", "pool_cache", "plots", "metrics",
-              "registration")
+              "registration", "learning_rounds")
 
 
 def _resolve_paths(params: Any, root: Path) -> Any:
@@ -290,7 +337,7 @@ def _resolve_paths(params: Any, root: Path) -> Any:
             changes[f.name] = str(root / value)
         elif f.name == "reuse":
             changes[f.name] = tuple(str(root / v) for v in value)
-        elif f.name == "suites":
+        elif f.name in ("suites", "file_teachers"):
             changes[f.name] = tuple(
                 dataclasses.replace(s, path=str(root / s.path)) if s.path else s for s in value
             )
@@ -298,6 +345,12 @@ def _resolve_paths(params: Any, root: Path) -> Any:
 
 
 def _check_paths(params: Any, section: str) -> None:
+    for i, teacher in enumerate(getattr(params, "file_teachers", ())):
+        if not Path(teacher.path).is_file():
+            raise ParamsError(
+                f"{section}.file_teachers[{i}].path: {teacher.path} does not exist. Point it at a CUDA-L1 release "
+                ".jsonl or a .jsonl/.parquet of problem_id and program (relative paths start at the params file's "
+                "folder), or remove that teacher.")
     for i, suite in enumerate(getattr(params, "suites", ()) if isinstance(params, ProblemsParams) else ()):
         if suite.path and not Path(suite.path).exists():
             raise ParamsError(

@@ -34,6 +34,7 @@ class PoolEntry:
     reason: str = ""
     stage: str = ""  # which stage added it: "corpus", "contrastive_rl"...
     exemplar: bool = True  # may be shown in prompts (see CandidatePool.admits)
+    analysis: str = ""  # the author's Performance Analysis, where it wrote one (corpus programs)
 
     @property
     def ok(self) -> bool:
@@ -47,12 +48,13 @@ class PoolEntry:
     def from_evaluation(cls, candidate: Candidate, evaluation: Evaluation, stage: str = "",
                         exemplar: bool = True) -> PoolEntry:
         return cls(candidate.problem_id, candidate.candidate_id, candidate.sha256, candidate.source,
-                   candidate.origin, evaluation.status.value, evaluation.speedup, evaluation.reason, stage, exemplar)
+                   candidate.origin, evaluation.status.value, evaluation.speedup, evaluation.reason, stage, exemplar,
+                   candidate.analysis)
 
 
 _SCHEMA = {"problem_id": "String", "candidate_id": "String", "sha256": "String", "source": "String",
            "origin": "String", "status": "String", "speedup": "Float64", "reason": "String", "stage": "String",
-           "exemplar": "Boolean"}
+           "exemplar": "Boolean", "analysis": "String"}
 
 
 def bucket_of(speedup: float, width: float) -> int:

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def sha256_text(text: str) -> str:
@@ -221,3 +222,34 @@ def load_problems(spec: str | Path) -> list[Problem]:
     if "ref_code" in keys:
         return [row.problem for row in load_cudal1_release(path)]
     return load_kernelbench_jsonl(path)
+
+
+def load_suites(params: Any) -> list[Problem]:
+    """Every suite of a ``problems`` params section (cudal1.config.ProblemsParams), then its ``ids`` filter and
+    its ``limit``; duplicate ids are an error."""
+    problems: list[Problem] = []
+    for suite in params.suites:
+        levels = suite.levels or None
+        if suite.kind == "starter":
+            loaded = load_starter_suite()
+            loaded = [p for p in loaded if levels is None or p.level in levels]
+        elif suite.kind == "kernelbench_jsonl":
+            loaded = load_kernelbench_jsonl(suite.path, levels)
+        elif suite.kind == "folder":
+            loaded = [p for p in load_problem_folder(suite.path) if levels is None or p.level in levels]
+        else:
+            loaded = [r.problem for r in load_cudal1_release(suite.path) if levels is None or r.problem.level in levels]
+        problems += loaded
+    seen: dict[str, Problem] = {}
+    for p in problems:
+        if p.problem_id in seen:
+            raise ProblemLoadError(f"problem id {p.problem_id} appears in suites {seen[p.problem_id].suite!r} and "
+                                   f"{p.suite!r}; keep one of them in problems.suites")
+        seen[p.problem_id] = p
+    if params.ids:
+        unknown = sorted(set(params.ids) - set(seen))
+        if unknown:
+            raise ProblemLoadError(f"problems.ids: {unknown} are not in the configured suites; "
+                                   f"known ids look like {sorted(seen)[:3]}")
+        problems = [p for p in problems if p.problem_id in set(params.ids)]
+    return problems[: params.limit] if params.limit is not None else problems

@@ -23,6 +23,7 @@ from cudal1.candidates import Candidate, Evaluation
 from cudal1.problems import Problem
 
 STAT_KEYS = ("mean", "max", "p75", "p50", "p25", "success", "above_threshold", "total")
+ROUND_KEYS = ("round", "samples", "correct", "success_rate", "problems_solved", "new_correct", "pool_correct")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -106,6 +107,9 @@ class Report:
     statuses: dict[str, int]
     per_problem: list[dict[str, Any]] = field(default_factory=list)  # plot data: one row per problem
     threshold: float = 1.01
+    # The self-supervised rounds (round, samples, correct, success_rate, problems_solved, new_correct,
+    # pool_correct): how each round did and how the corpus grew; empty when the stage did not run.
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def metrics(self) -> dict[str, Any]:
         """What `dvc metrics show` and MLflow get: nested keys flatten to ``levels.level1.mean``..."""
@@ -114,7 +118,8 @@ class Report:
             "levels": {f"level{k}": v for k, v in sorted(self.levels.items())},
             "origins": self.origins,
             "statuses": self.statuses,
-        }
+        } | ({"self_supervised": {f"round{int(r['round'])}": {k: r[k] for k in ROUND_KEYS[1:] if k in r}
+                                  for r in self.rounds}} if self.rounds else {})
 
 
 def build_report(
@@ -122,6 +127,7 @@ def build_report(
     candidates: Sequence[Candidate],
     evaluations: Sequence[Evaluation],
     threshold: float = 1.01,
+    rounds: Sequence[dict[str, Any]] = (),
 ) -> Report:
     levels_of = {p.problem_id: p.level for p in problems}
     evaluations = [e for e in evaluations if e.problem_id in levels_of]
@@ -148,7 +154,7 @@ def build_report(
             "origin": origin_of.get(winner.candidate_id, "unknown") if winner else "",
             "candidates": len(tried), "correct": sum(e.ok for e in tried),
         })
-    return Report(overall, levels, origins, statuses, per_problem, threshold)
+    return Report(overall, levels, origins, statuses, per_problem, threshold, [dict(r) for r in rounds])
 
 
 def _fmt(value: Any) -> str:
@@ -183,7 +189,21 @@ def render_markdown(report: Report, title: str) -> str:
     for r in report.per_problem:
         lines.append(f"| {r['problem_id']} {r['name']} | {r['level']} | {_fmt(r['speedup'])} | {r['origin'] or '-'} "
                      f"| {r['correct']}/{r['candidates']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _rounds(report.rounds)) + "\n"
+
+
+def _rounds(rounds: Sequence[dict[str, Any]]) -> list[str]:
+    """The self-supervised rounds: each round's success and what it added to the corpus."""
+    if not rounds:
+        return []
+    lines = ["", "## Self-supervised rounds", "", "Samples of the policy, evaluated; the correct ones are its next "
+             "fine-tuning data and join the pool the prompts' exemplars come from.", "",
+             "| Round | Correct/Samples | Success rate | Problems solved | New correct programs | Correct programs in the pool |",
+             "|---|---|---|---|---|---|"]
+    for r in rounds:
+        lines.append(f"| {r['round']} | {r['correct']}/{r['samples']} | {_fmt(r['success_rate'])} | "
+                     f"{r['problems_solved']} | {r.get('new_correct', '-')} | {r.get('pool_correct', '-')} |")
+    return lines
 
 
 def write_report(report: Report, out_dir: str | Path, title: str) -> dict[str, Path]:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import load_params, params_dict
+from cudal1.config import params_dict
 from cudal1.reports import plot_series
 from cudal1.training.params import ContrastiveRLParams
-from flows._common import main, policy_label, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name, stage_params
 from tasks.io import read_problems_task
 from tasks.learning import contrastive_rl_task, last_epoch_metrics, write_metrics_task, write_plot_csv
 from tasks.registry import REGISTRATION, log_policy, register_policy_task, write_registration
@@ -31,7 +31,7 @@ def _describe(p: ContrastiveRLParams) -> str:
 
 @flow(name="contrastive_rl", flow_run_name=run_name("contrastive_rl", _describe))
 def contrastive_rl_flow(params_path: str = "params.yaml") -> list:
-    params: ContrastiveRLParams = load_params(params_path, "contrastive_rl")
+    params: ContrastiveRLParams = stage_params(params_path, "contrastive_rl")
     root = repo_root(params_path)
     with stage_run("contrastive_rl", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)

@@ -34,12 +34,12 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 
 from cudal1.candidates import Candidate
-from cudal1.config import CrossGpuParams, ParamsError, PoolParams, load_params, params_dict
+from cudal1.config import CrossGpuParams, ParamsError, PoolParams, params_dict
 from cudal1.cross_gpu import PoolResult, measured_hashes, reproduction, storage_key, table_rows, write_tables
 from cudal1.cross_gpu_pool import restore_kept
 from cudal1.problems import Problem, ReleasedKernel, load_cudal1_release
 from cudal1.reproduction import baseline_candidates, release_inputs, reported_aggregates
-from flows._common import USER_ERRORS, repo_root, run_name
+from flows._common import USER_ERRORS, repo_root, run_name, stage_params
 from tasks.cross_gpu import (
     gather_task,
     log_gpu_run_task,
@@ -112,7 +112,7 @@ def cross_gpu_flow(params_path: str = "params.yaml", mode: Mode = "auto", pool: 
                    key: str = "") -> list[dict[str, Any]]:
     """``key``: with ``mode="gather"``, gather that storage key's measurements (kept ones made under an
     earlier protocol) instead of the one the current inputs and protocol make."""
-    params: CrossGpuParams = load_params(params_path, "cross_gpu")
+    params: CrossGpuParams = stage_params(params_path, "cross_gpu")
     logger = get_run_logger()
     local = mode == "local" or (mode == "auto" and not server_configured())
     root = repo_root(params_path)

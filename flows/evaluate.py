@@ -12,8 +12,8 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import EvaluateParams, load_params, params_dict
-from flows._common import main, repo_root, run_name
+from cudal1.config import EvaluateParams, params_dict
+from flows._common import main, repo_root, run_name, stage_params
 from tasks.evaluation import cache_path, evaluate_candidates
 from tasks.io import read_candidates_task, read_problems_task, seed_measurements_task, write_evaluations_task
 from tasks.tracking import stage_run
@@ -25,7 +25,7 @@ def _describe(p: EvaluateParams) -> str:
 
 @flow(name="evaluate", flow_run_name=run_name("evaluate", _describe))
 def evaluate_flow(params_path: str = "params.yaml") -> int:
-    params: EvaluateParams = load_params(params_path, "evaluate")
+    params: EvaluateParams = stage_params(params_path, "evaluate")
     logger = get_run_logger()
     root = repo_root(params_path)
     with stage_run("evaluate", params_dict(params), root) as run:

@@ -12,10 +12,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cudal1.config import GateParams, ParamsError, load_params, params_dict
+from cudal1.config import GateParams, ParamsError, params_dict
 from cudal1.gate import Decision, decide
 from cudal1.reports import best_per_problem
-from flows._common import main, repo_root, run_name
+from flows._common import main, repo_root, run_name, stage_params
 from tasks.evaluation import evaluate_candidates
 from tasks.gate import gate_prompts_task, version_candidates_task
 from tasks.io import read_problems_task, write_candidates_task, write_evaluations_task
@@ -48,7 +48,7 @@ def report_decision_task(markdown: str) -> None:
 
 @flow(name="gate", flow_run_name=run_name("gate", _describe))
 def gate_flow(params_path: str = "params.yaml") -> dict:
-    params: GateParams = load_params(params_path, "gate")
+    params: GateParams = stage_params(params_path, "gate")
     root = repo_root(params_path)
     if not Path(params.registration).is_file():
         raise ParamsError(f"gate.registration: {params.registration} does not exist; run the contrastive_rl stage "

@@ -4,7 +4,10 @@ DVC decides what runs (a stage re-runs only when its code, params keys or inputs
 stage in dvc.yaml needs no change here. The stages run as ``dvc repro`` subprocesses that report to
 this flow's Prefect API and log MLflow runs nested under this flow's MLflow run.
 
-    python -m flows.pipeline [STAGE ...] [--force] [--repo DIR]
+    python -m flows.pipeline [STAGE ...] [--force] [--repo DIR] [--params-overlay FILE]
+
+With an overlay every stage reads params.yaml with the overlay merged over it; DVC tracks params.yaml's
+values only, so a run whose overlay (or its absence) differs from the last run's re-runs every stage.
 """
 
 from __future__ import annotations
@@ -24,24 +27,53 @@ from prefect.cache_policies import NO_CACHE
 
 from cudal1.config import SECTIONS, AugmentParams, load_params
 from cudal1.exiting import skip_final_collection
-from flows._common import USER_ERRORS
+from flows._common import USER_ERRORS, overlay_path, stage_params, use_overlay
 from tasks.tracking import PARENT_RUN_ENV, stage_run
 
 
 def check_params(params_path: str) -> list[str]:
-    """Load every section this code knows, so a mistake stops the run before DVC deletes any output
-    (and a misspelt key, which DVC does not track, is not silently ignored)."""
-    import yaml
-
-    from cudal1.config import ParamsError
+    """Load every section this code knows, with the run's overlay, so a mistake stops the run before DVC
+    deletes any output (and a misspelt key, which DVC does not track, is not silently ignored); a CUDA
+    device this machine lacks stops it too."""
+    from cudal1.config import ParamsError, read_document
 
     if not Path(params_path).is_file():
         raise ParamsError(f"{params_path}: no params file; run from the repository root or pass --repo DIR")
-    present = yaml.safe_load(Path(params_path).read_text()) or {}
+    present = read_document(params_path, overlay_path())
     checked = [name for name in SECTIONS if name in present]
     for name in checked:
-        load_params(params_path, name)
+        stage_params(params_path, name)
     return checked
+
+
+def overlay_changed(root: Path) -> bool:
+    """Whether the overlay (its path and content; or none) differs from the last finished run's. DVC tracks
+    params.yaml's values, not an overlay's: a changed overlay re-runs every stage (``--force``)."""
+    return _overlay_state() != _last_overlay(root)
+
+
+def _overlay_state() -> dict[str, str] | None:
+    import hashlib
+
+    path = overlay_path()
+    if not path:
+        return None
+    return {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+
+
+def _last_overlay(root: Path) -> dict[str, str] | None:
+    record = root / OVERLAY_RECORD
+    return json.loads(record.read_text()).get("overlay") if record.is_file() else None
+
+
+def record_overlay(root: Path) -> None:
+    record = root / OVERLAY_RECORD
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"overlay": _overlay_state()}) + "\n")
+
+
+# Which overlay the outputs in the workspace were made with: beside the resumable state, outside DVC's outs.
+OVERLAY_RECORD = Path("data/cache/params-overlay.json")
 
 
 @task(cache_policy=NO_CACHE)
@@ -76,7 +108,7 @@ def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
 def check_teachers_task(params_path: str) -> int:
     from cudal1.generation.teachers import OpenAITeacher
 
-    params: AugmentParams = load_params(params_path, "augment")
+    params: AugmentParams = load_params(params_path, "augment", overlay_path())
     for i, teacher in enumerate(params.teachers):
         warning = OpenAITeacher(teacher, f"augment.teachers[{i}]").check()
         if warning:
@@ -202,14 +234,22 @@ def main() -> None:
     parser.add_argument("targets", nargs="*", help="stages to reproduce (default: all)")
     parser.add_argument("--force", action="store_true", help="re-run the stages even when nothing changed")
     parser.add_argument("--repo", default=".", help="repository root holding dvc.yaml and params.yaml")
+    parser.add_argument("--params-overlay", default=None, metavar="FILE",
+                        help="a YAML file merged over params.yaml for every stage, e.g. configs/gpu-real-model.yaml")
     args = parser.parse_args()
     try:
+        use_overlay(args.params_overlay)  # the stages dvc repro starts inherit it
         check_params(str(Path(args.repo) / "params.yaml"))
-        if not args.force and _up_to_date(args.repo, args.targets):
+        force = args.force or overlay_changed(Path(args.repo))
+        if force and not args.force:
+            print("the params overlay differs from the last run's (DVC does not track it): every stage runs again")
+        if not force and _up_to_date(args.repo, args.targets):
             # Starting Prefect costs more than the answer: a no-op `make run` returns in seconds.
             print("DVC: every stage is up to date; nothing to run (use --force to run anyway)")
             return
-        pipeline_flow(repo=args.repo, targets=args.targets, force=args.force)
+        pipeline_flow(repo=args.repo, targets=args.targets, force=force)
+        if not args.targets:  # every stage now reflects this overlay
+            record_overlay(Path(args.repo))
     except USER_ERRORS as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         sys.exit(2)

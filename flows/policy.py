@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import load_params, params_dict
+from cudal1.config import params_dict
 from cudal1.training.params import PolicyParams
-from flows._common import main, policy_label, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name, stage_params
 from tasks.io import read_problems_task
 from tasks.learning import build_policy_task, read_corpus_task
 from tasks.registry import log_policy
@@ -22,7 +22,7 @@ def _describe(p: PolicyParams) -> str:
 
 @flow(name="policy", flow_run_name=run_name("policy", _describe))
 def policy_flow(params_path: str = "params.yaml") -> dict:
-    params: PolicyParams = load_params(params_path, "policy")
+    params: PolicyParams = stage_params(params_path, "policy")
     root = repo_root(params_path)
     with stage_run("policy", params_dict(params), root) as run:
         problems = read_problems_task(params.problems) if params.is_tiny else []

@@ -6,8 +6,8 @@ from collections import Counter
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import ProblemsParams, load_params, params_dict
-from flows._common import main, repo_root, run_name
+from cudal1.config import ProblemsParams, params_dict
+from flows._common import main, repo_root, run_name, stage_params
 from tasks.io import load_suites_task, write_problems_task
 from tasks.tracking import stage_run
 
@@ -20,7 +20,7 @@ def _describe(p: ProblemsParams) -> str:
 
 @flow(name="problems", flow_run_name=run_name("problems", _describe))
 def problems_flow(params_path: str = "params.yaml") -> int:
-    params: ProblemsParams = load_params(params_path, "problems")
+    params: ProblemsParams = stage_params(params_path, "problems")
     root = repo_root(params_path)
     with stage_run("problems", params_dict(params), root) as run:
         problems = load_suites_task(params)

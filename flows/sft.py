@@ -9,10 +9,10 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from cudal1.config import load_params, params_dict
+from cudal1.config import params_dict
 from cudal1.reports import plot_series
 from cudal1.training.params import SFTParams
-from flows._common import main, policy_label, repo_root, run_name
+from flows._common import main, policy_label, repo_root, run_name, stage_params
 from tasks.io import read_problems_task
 from tasks.learning import SeriesBuffer, log_series_task, read_corpus_task, sft_task, write_plot_csv
 from tasks.registry import log_policy
@@ -25,7 +25,7 @@ def _describe(p: SFTParams) -> str:
 
 @flow(name="sft", flow_run_name=run_name("sft", _describe))
 def sft_flow(params_path: str = "params.yaml") -> dict:
-    params: SFTParams = load_params(params_path, "sft")
+    params: SFTParams = stage_params(params_path, "sft")
     root = repo_root(params_path)
     with stage_run("sft", params_dict(params), root) as run:
         problems = read_problems_task(params.problems)

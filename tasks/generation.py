@@ -1,5 +1,6 @@
-"""Teachers as Prefect tasks: the template teacher (pure), the endpoint pre-flight check, and one
-completion per task run so a flow can fan sampling out over a thread pool with ``.map``."""
+"""Teachers as Prefect tasks: the template teacher (pure), the file teacher's programs, the endpoint
+pre-flight check, and one completion per task run so a flow can fan sampling out over a thread pool with
+``.map``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prefect import get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
 from cudal1.candidates import Candidate
-from cudal1.config import TeacherParams, TemplateParams
+from cudal1.config import FileTeacherParams, TeacherParams, TemplateParams
 from cudal1.generation.augment import CompletionCache, Sampler
 from cudal1.generation.templates import template_candidates
 from cudal1.problems import Problem
@@ -19,6 +20,18 @@ from tasks.retry import io_only
 @task(cache_policy=NO_CACHE)
 def template_candidates_task(problems: list[Problem], params: TemplateParams, gpu: bool) -> list[Candidate]:
     return [c for p in problems for c in template_candidates(p, params.variants, params.compile_modes, gpu)]
+
+
+@task(cache_policy=NO_CACHE, task_run_name="read {params.name}")
+def file_candidates_task(problems: list[Problem], params: FileTeacherParams) -> list[Candidate]:
+    """A file teacher's programs, as candidates of this run's problems."""
+    from cudal1.generation.files import file_candidates, read_programs
+
+    programs = read_programs(params.path)
+    candidates, unmatched = file_candidates(problems, programs, f"teacher:{params.name}", params.ids)
+    get_run_logger().info(f"{params.name}: {len(programs)} programs in {params.path}, {len(candidates)} for this "
+                          f"run's problems ({len(unmatched)} of problems not in the run)")
+    return candidates
 
 
 @task(cache_policy=NO_CACHE)

@@ -19,14 +19,7 @@ from cudal1.candidates import (
     evaluations_to_parquet,
 )
 from cudal1.config import ProblemsParams
-from cudal1.problems import (
-    Problem,
-    ProblemLoadError,
-    load_cudal1_release,
-    load_kernelbench_jsonl,
-    load_problem_folder,
-    load_starter_suite,
-)
+from cudal1.problems import Problem, load_suites
 
 PROBLEM_COLUMNS = ("problem_id", "level", "name", "source", "suite", "sha256")
 
@@ -56,36 +49,6 @@ def _atomic(path: str | Path, write) -> None:
     tmp = path.with_name(path.name + ".partial")
     write(tmp)
     os.replace(tmp, path)
-
-
-def load_suites(params: ProblemsParams) -> list[Problem]:
-    """Every configured suite, then the ``ids`` filter and the ``limit``; duplicate ids are an error."""
-    problems: list[Problem] = []
-    for suite in params.suites:
-        levels = suite.levels or None
-        if suite.kind == "starter":
-            loaded = load_starter_suite()
-            loaded = [p for p in loaded if levels is None or p.level in levels]
-        elif suite.kind == "kernelbench_jsonl":
-            loaded = load_kernelbench_jsonl(suite.path, levels)
-        elif suite.kind == "folder":
-            loaded = [p for p in load_problem_folder(suite.path) if levels is None or p.level in levels]
-        else:
-            loaded = [r.problem for r in load_cudal1_release(suite.path) if levels is None or r.problem.level in levels]
-        problems += loaded
-    seen: dict[str, Problem] = {}
-    for p in problems:
-        if p.problem_id in seen:
-            raise ProblemLoadError(f"problem id {p.problem_id} appears in suites {seen[p.problem_id].suite!r} and "
-                                   f"{p.suite!r}; keep one of them in problems.suites")
-        seen[p.problem_id] = p
-    if params.ids:
-        unknown = sorted(set(params.ids) - set(seen))
-        if unknown:
-            raise ProblemLoadError(f"problems.ids: {unknown} are not in the configured suites; "
-                                   f"known ids look like {sorted(seen)[:3]}")
-        problems = [p for p in problems if p.problem_id in set(params.ids)]
-    return problems[: params.limit] if params.limit is not None else problems
 
 
 @task(cache_policy=NO_CACHE)
@@ -132,7 +95,7 @@ def corpus_schema() -> dict:
 
     return {"problem_id": pl.String, "level": pl.Int64, "reference": pl.String, "candidate_id": pl.String,
             "origin": pl.String, "source": pl.String, "speedup": pl.Float64, "reference_ms": pl.Float64,
-            "candidate_ms": pl.Float64, "device_name": pl.String, "config_hash": pl.String}
+            "candidate_ms": pl.Float64, "device_name": pl.String, "config_hash": pl.String, "analysis": pl.String}
 
 
 @task(cache_policy=NO_CACHE)

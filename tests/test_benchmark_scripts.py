@@ -131,6 +131,92 @@ def test_learning_gpu_dry_run_shows_the_one_device_it_makes_visible() -> None:
     assert shown["device"] == "cuda:0" and shown["CUDA_VISIBLE_DEVICES"] == "1" and "torch" not in done.stderr
 
 
+LIGHT = {"correctness_trials": 1, "timing_trials": 2, "target_trial_ms": 5.0, "warmup_iters": 1, "remeasure": 0,
+         "cpu_threads": 1}
+# The recipe's params at a CPU test's size: two starter problems to learn on (one with a file teacher's
+# program), the tiny policy, one round, one epoch.
+TINY_RECIPE = {
+    "problems": {"suites": [{"kind": "starter"}], "ids": ["starter-L1-2", "starter-L1-3"]},
+    "augment": {"template": {"variants": ["no_grad", "inference_mode"]}, "protocol": LIGHT,
+                "file_teachers": [{"name": "file", "path": "programs.jsonl", "ids": {"L1-19": "starter-L1-2"}}]},
+    "policy": {"model": "tiny", "vocab_size": 1024, "hidden": 64, "layers": 1, "max_positions": 1024},
+    "sft": {"epochs": 2, "learning_rate": 0.003, "batch_size": 4, "copies": 1, "prompts": {"exemplars": 1}},
+    "self_supervised": {"rounds": 1, "copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48, "batch_size": 4},
+                        "finetune": {"epochs": 1, "batch_size": 2}, "prompts": {"exemplars": 1}, "protocol": LIGHT},
+    "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 48,
+                       "prompts": {"exemplars": 1}, "protocol": LIGHT},
+}
+RELU = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x.clamp(min=0)\n"
+
+
+@pytest.mark.slow
+def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) -> None:
+    """The recipe mode end to end at a CPU test's size (the GPU run is the same code with the GPU overlay):
+    every stage runs, each epoch has its time split and its held-out figures, a rerun resumes, and
+    release_bench.py --recipe makes a results folder of it."""
+    import yaml
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY_RECIPE))
+    (tmp_path / "programs.jsonl").write_text(json.dumps({"problem_id": "L1-19", "program": RELU}) + "\n")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "learning_gpu.py"), "--recipe", "--device", "cpu",
+                           "--params", str(tmp_path / "params.yaml"), "--held-out", "starter-L1-5", "--out", str(out),
+                           "--commit", "abc1234"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads((out / "learning.json").read_text())
+    assert run["problems"] == ["starter-L1-2", "starter-L1-3"] and run["held_out"] == ["starter-L1-5"]
+    assert run["augment"]["correct_by_origin"]["teacher:file"] == 1  # the file's program, verified
+    assert len(run["self_supervised"]) == 1 and "held_out_success_rate" in run["held_out_before_rl"]
+    (epoch,) = run["rl_epochs"]
+    for key in ("success_rate", "mean_reward", "held_out_success_rate", "held_out_mean_reward", "generation_s",
+                "builds_s", "evaluation_s", "training_and_other_s", "held_out_s"):
+        assert key in epoch, key
+    assert epoch["held_out_completions"] == 2.0  # 1 problem x G=2, scored like the RL reward
+    # a rerun resumes: every stage is done, nothing runs again
+    again = subprocess.run(done.args, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0 and json.loads((out / "learning.json").read_text())["rl_epochs"] == run["rl_epochs"]
+    recorded = subprocess.run([sys.executable, str(BENCHMARKS / "release_bench.py"), "--recipe", str(out), "--out",
+                               str(tmp_path / "learning-cpu"), "--commit", "abc1234", "--hardware", "2-core CPU",
+                               "--command", run["command"]], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    from cudal1.measured import read_result
+
+    result = read_result(tmp_path / "learning-cpu")
+    assert result.commit == "abc1234" and result.figures["epochs"] == 1 and result.figures["held_out"] == 1
+    assert [r[0] for r in result.table("epochs").rows] == [-1, 0]  # before RL, then each epoch
+    assert (tmp_path / "learning-cpu" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "learning-cpu" / "epochs.csv").read_text().startswith("epoch,success_rate,")
+
+
+@pytest.mark.slow
+def test_learning_gpu_compares_format_weights_from_the_pipelines_outputs(tmp_path: Path) -> None:
+    import yaml
+
+    from cudal1.generation.templates import template_source
+    from cudal1.generation.tiny_policy import build_tiny_policy
+    from cudal1.measured import read_result
+    from cudal1.pool import CandidatePool, PoolEntry
+    from cudal1.training.data import tokenizer_texts
+    from tasks.io import problems_to_parquet
+
+    problems = [p for p in load_starter_suite() if p.problem_id == "starter-L1-2"]
+    corpus = [PoolEntry(p.problem_id, f"c{i}", f"{i}" * 64, template_source(p, v), f"template:{v}", "ok", 1.0 + i / 10)
+              for p in problems for i, v in enumerate(("no_grad", "inference_mode"))]
+    problems_to_parquet(problems, tmp_path / "data/problems/problems.parquet")
+    CandidatePool(corpus).save(tmp_path / "data/self_supervised/pool.parquet")  # where the pipeline leaves them
+    build_tiny_policy(tmp_path / "models/self_supervised", tokenizer_texts(problems, corpus), vocab_size=1024,
+                      hidden=64, layers=1, max_positions=1024)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"contrastive_rl": TINY_RECIPE["contrastive_rl"]}))
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "learning_gpu.py"), "--device", "cpu", "--params",
+                           str(tmp_path / "params.yaml"), "--format-weights", "0", "0.5", "--seeds", "0",
+                           "--out", str(tmp_path / "work"), "--result", str(tmp_path / "format-weight")],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = read_result(tmp_path / "format-weight")
+    assert [r[:2] for r in result.table("runs").rows] == [[0.0, 0], [0.5, 0]]
+    assert {"success_w0", "reward_w0", "success_w0.5", "reward_w0.5"} <= set(result.figures)
+
+
 # A stand-in for release_eval.py (release_run.sh's TREE): records its options and its session, writes a
 # row a second, and finishes once it holds three.
 STAND_IN = '''import json, os, sys, time

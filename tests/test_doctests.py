@@ -8,7 +8,7 @@ import importlib
 import pytest
 from scripts import load_script
 
-MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate", "cudal1.reproduction", "cudal1.gpu_gaps", "cudal1.evaluator.timed", "cudal1.evaluator.toolchain", "cudal1.evaluator.device_draws", "cudal1.evaluator.probes", "cudal1.measured", "cudal1.reports", "cudal1.data_sources"]
+MODULES = ["cudal1.candidates", "cudal1.evaluator.timing", "cudal1.evaluator.trials", "cudal1.evaluator.compare", "cudal1.evaluator.extensions", "cudal1.evaluator.bindings", "cudal1.evaluator.batch", "cudal1.training.rewards", "cudal1.pool", "cudal1.prompts.parser", "cudal1.gate", "cudal1.reproduction", "cudal1.gpu_gaps", "cudal1.evaluator.timed", "cudal1.evaluator.toolchain", "cudal1.evaluator.device_draws", "cudal1.evaluator.probes", "cudal1.measured", "cudal1.reports", "cudal1.devices", "cudal1.config", "cudal1.generation.files", "cudal1.generation.augment", "cudal1.training.analysis"]
 
 
 @pytest.mark.parametrize("name", MODULES)

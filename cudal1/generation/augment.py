@@ -65,7 +65,8 @@ def run_teacher(
     while plan := plan_round(tallies, samples_per_problem, stop_after):
         requests = [(by_id[pid], tallies[pid].samples + i) for pid, n in plan.items() for i in range(n)]
         texts = sample(requests)
-        batch = [Candidate(p.problem_id, extract(t) or t, origin) for (p, _), t in zip(requests, texts, strict=True)]
+        batch = [Candidate(p.problem_id, extract(t) or t, origin, analysis=analysis_of(t))
+                 for (p, _), t in zip(requests, texts, strict=True)]
         results = evaluate(batch)
         for pid, n in plan.items():
             tallies[pid].samples += n
@@ -75,6 +76,17 @@ def run_teacher(
         candidates += batch
         evaluations += results
     return candidates, evaluations
+
+
+def analysis_of(text: str) -> str:
+    """The Performance Analysis a teacher wrote before its program ('' where it wrote none).
+
+    >>> analysis_of("## Performance Analysis\\nThe sum reads x twice.\\n## Code Implementation\\n```python\\nx\\n```")
+    'The sum reads x twice.'
+    """
+    from cudal1.prompts.parser import parse_response
+
+    return parse_response(text).analysis
 
 
 class CompletionCache:
@@ -160,8 +172,9 @@ def corpus_rows(
     evaluations: Sequence[Evaluation],
     exclude_origins: Sequence[str] = (),
 ) -> list[dict]:
-    """The training corpus: every executable and correct candidate with its measured speedup and its
-    problem's reference, so the learning stages need no join."""
+    """The training corpus: every executable and correct candidate with its measured speedup, its origin,
+    its author's analysis ('' where there is none) and its problem's reference, so the learning stages need
+    no join."""
     by_problem = {p.problem_id: p for p in problems}
     by_candidate = {c.candidate_id: c for c in candidates}
     rows = []
@@ -174,5 +187,6 @@ def corpus_rows(
             "problem_id": p.problem_id, "level": p.level, "reference": p.source, "candidate_id": c.candidate_id,
             "origin": c.origin, "source": c.source, "speedup": e.speedup, "reference_ms": e.reference_ms,
             "candidate_ms": e.candidate_ms, "device_name": e.device_name, "config_hash": e.config_hash,
+            "analysis": c.analysis,
         })
     return rows

@@ -26,13 +26,24 @@ def cpu_cache(device: str) -> str | None:
     return "static" if device == "cpu" else None
 
 
+def default_device() -> str:
+    """Where a policy samples when no device is named: the GPU the process sees, as training uses it, else
+    the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class TransformersBackend:
     """Sampling with ``model.generate``. ``model`` is a loaded model or a path; prompts are batched
-    ``batch_size`` at a time (each expands to ``n`` sequences)."""
+    ``batch_size`` at a time (each expands to ``n`` sequences). ``device`` None: :func:`default_device`
+    (a policy just loaded sits on the CPU, and would sample there on a GPU host)."""
 
-    def __init__(self, model: Any, tokenizer: Any = None, *, device: str = "cpu", batch_size: int = 8,
+    def __init__(self, model: Any, tokenizer: Any = None, *, device: str | None = None, batch_size: int = 8,
                  seed: int | None = 0, cache_implementation: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = device or default_device()
 
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)

@@ -34,6 +34,11 @@ class Model(nn.Module):
 ```
 
 Example answer:
+## Performance Analysis
+The reference makes two passes over memory: the sum writes a temporary that ReLU reads again. Clamping the
+sum in place makes it one pass, with no second temporary.
+
+## Code Implementation
 ```python
 import torch
 import torch.nn as nn
@@ -41,7 +46,6 @@ import torch.nn as nn
 
 class ModelNew(nn.Module):
     def forward(self, a, b):
-        # one fused pass instead of two: the sum is clamped in place, no second temporary
         return torch.add(a, b).clamp_(min=0)
 ```
 
@@ -50,10 +54,13 @@ Reference:
 {reference}
 ```
 
-Answer with one fenced python block holding the complete new program.
+Answer in two sections, as in the example: `## Performance Analysis` (what makes the reference slow and
+what your program changes, in a few sentences), then `## Code Implementation` with one fenced python block
+holding the complete new program.
 '''
 
-# The completions API continues the text, so the prompt opens the answer's fence itself.
+# The completions API continues the text, so the prompt opens the answer's fence itself (its answers carry
+# no analysis: their SFT targets get one written from the measured facts).
 _COMPLETIONS_SUFFIX = "\nAnswer:\n```python\n"
 
 

@@ -7,6 +7,8 @@ Decisions (documented in docs/learning.md at 88f971b):
 - A fence that never closes (a truncated generation) gives no program: half a program cannot be correct
   and evaluating it only burns evaluator time.
 - A program without ``class ModelNew`` is fatal: the evaluator could not load it anyway.
+- A response of the learning stages must also hold a Performance Analysis (``analysed``); the others (a
+  teacher's answer, ``cudal1 optimize``) are read for their program alone.
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ class ParsedResponse:
     @property
     def well_formed(self) -> bool:
         return not self.errors
+
+    @property
+    def analysis(self) -> str:
+        """The Performance Analysis section's text; '' when it is missing or empty."""
+        return self.sections.get("Performance Analysis", "")
+
+    @property
+    def analysed(self) -> bool:
+        """A program worth evaluating, written after an analysis: what the learning stages reward (the
+        protocol asks for the analysis first, and the method credits it for what RL learns)."""
+        return self.ok and bool(self.analysis.strip())
 
 
 def _sections(text: str) -> dict[str, tuple[int, int, str]]:

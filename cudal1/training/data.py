@@ -1,9 +1,10 @@
 """Training data: the augment corpus as pool entries, and prompt -> completion examples built from it.
 
-An SFT example pairs a contrastive prompt (reference + exemplars drawn from the *other* corpus programs of
-the same problem) with a response in the protocol's format whose program is one corpus program. The
-analysis and design sections are written from facts we have (measured speedups, the program's origin):
-the corpus holds programs, not reasoning, and inventing reasoning would teach the policy to invent too.
+An SFT example pairs a contrastive prompt (reference + exemplars drawn from the corpus programs of the same
+problem) with a response in the protocol's format whose program is one corpus program. The Performance
+Analysis is the program's author's where it wrote one (a teacher's answer, a file's column); else it is
+written from facts we have (what the program changes, its measured speedup, the fastest exemplar shown):
+inventing reasoning would teach the policy to invent too.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from cudal1.candidates import Candidate, Status
 from cudal1.pool import CandidatePool, PoolEntry
-from cudal1.problems import Problem
+from cudal1.problems import Problem, sha256_text
 from cudal1.prompts import Exemplar, build_prompt, prompt_text, render_response
+from cudal1.training.analysis import analysis_text, describe_change, written_analyses
 from cudal1.training.settings import PromptSettings
 
 
@@ -41,7 +43,7 @@ def load_corpus(path: str | Path, stage: str = "corpus") -> list[PoolEntry]:
                 continue
             c = Candidate(row["problem_id"], row["source"], row.get("origin") or "corpus", row.get("candidate_id") or "")
             out.append(PoolEntry(c.problem_id, c.candidate_id, c.sha256, c.source, c.origin, Status.OK.value,
-                                 float(row["speedup"]), "", stage))
+                                 float(row["speedup"]), "", stage, analysis=row.get("analysis") or ""))
     return out
 
 
@@ -50,9 +52,12 @@ def tokenizer_texts(problems: Sequence[Problem], corpus: Sequence[PoolEntry], ma
     and every SFT analysis/design text, each fixed text once per problem (every prompt and response
     repeats them, so their lines deserve tokens of their own)."""
     fixed = [prompt_text(name) for name in ("contrastive", "exemplar", "no_exemplars", "response")]
-    fixed += [analysis_text(best) for best in range(max_exemplars + 1)]
     fixed += sorted({design_text(e.origin) for e in corpus})
-    return [p.source for p in problems] + [e.source for e in corpus] + fixed * max(1, len(problems))
+    by_problem = {p.problem_id: p for p in problems}
+    written = [line for pid in sorted({e.problem_id for e in corpus} & set(by_problem))
+               for line in written_analyses(by_problem[pid].source, [(e.source, e.origin, e.speedup)
+                                                                     for e in corpus if e.problem_id == pid])]
+    return [p.source for p in problems] + [e.source for e in corpus] + (fixed + written) * max(1, len(problems))
 
 
 def fastest(exemplars: Sequence[Exemplar]) -> int:
@@ -60,22 +65,27 @@ def fastest(exemplars: Sequence[Exemplar]) -> int:
     return 1 + max(range(len(exemplars)), key=lambda i: exemplars[i].speedup) if exemplars else 0
 
 
-def analysis_text(best: int) -> str:
-    """The five Performance Analysis answers, from what is known: which exemplar measured fastest.
-    Fixed wording on purpose: the tiny policy's tokenizer turns each line into one token."""
-    if not best:
-        return ("1. No earlier implementation to compare.\n2. Start from the reference.\n"
-                "3. Nothing measured yet.\n4. All of them.\n5. The main computation in forward.")
-    return (f"1. Implementation {best} is faster.\n2. The approach of Implementation {best}.\n"
-            "3. The measured speedups stay small.\n4. Fusion and custom kernels.\n5. The main computation in forward.")
-
-
 def design_text(origin: str) -> str:
     return f"Approach: {origin}."
 
 
-def response_for(program: str, origin: str, exemplars: Sequence[Exemplar]) -> str:
-    return render_response(analysis_text(fastest(exemplars)), design_text(origin), program)
+def target_analysis(entry: PoolEntry, reference: str, exemplars: Sequence[Exemplar], pool: CandidatePool) -> str:
+    """The Performance Analysis of an SFT target: its author's where it wrote one, else one written from the
+    measured facts (cudal1.training.analysis): what the program changes, its speedup, why it is faster,
+    and which shown implementation measured fastest."""
+    if entry.analysis.strip():
+        return entry.analysis
+    best = None
+    if exemplars:
+        number = fastest(exemplars)
+        shown = exemplars[number - 1]
+        known = pool.get(entry.problem_id, sha256_text(shown.source))
+        best = (number, shown.speedup, describe_change(reference, shown.source, known.origin if known else ""))
+    return analysis_text(describe_change(reference, entry.source, entry.origin), entry.speedup, best)
+
+
+def response_for(entry: PoolEntry, reference: str, exemplars: Sequence[Exemplar], pool: CandidatePool) -> str:
+    return render_response(target_analysis(entry, reference, exemplars, pool), design_text(entry.origin), entry.source)
 
 
 def contrastive_prompt(problem: Problem, pool: CandidatePool, rng: random.Random,
@@ -104,7 +114,7 @@ def sft_examples(problems: Mapping[str, Problem], corpus: Sequence[PoolEntry], s
             if problem is None:
                 continue
             prompt, exemplars = contrastive_prompt(problem, pool, rng, settings)
-            completion = response_for(entry.source, entry.origin, exemplars)
+            completion = response_for(entry, problem.source, exemplars, pool)
             rows.append({"prompt": prompt, "completion": completion, "problem_id": entry.problem_id})
     return rows
 

@@ -26,13 +26,13 @@ def _is_main() -> bool:
     return PartialState().is_main_process
 
 
-def run_sft(params_path: str) -> dict[str, Any]:
+def run_sft(params_path: str, overlay: str | None = None) -> dict[str, Any]:
     from cudal1.config import load_params
     from cudal1.problems import Problem
     from cudal1.training.data import fit_length, load_corpus, sft_examples
     from cudal1.training.finetune import finetune, load_policy, policy_source, save_policy
 
-    params = load_params(params_path, "sft")  # its paths resolved against the params file's folder
+    params = load_params(params_path, "sft", overlay)  # its paths resolved against the params file's folder
     problems = _read_problems(params.problems, Problem)
     model, tokenizer = load_policy(policy_source(params.policy))
     rows = sft_examples({p.problem_id: p for p in problems}, load_corpus(params.corpus), params.prompts,
@@ -45,17 +45,19 @@ def run_sft(params_path: str) -> dict[str, Any]:
     return summary
 
 
-def run_rl(params_path: str) -> list[dict[str, float]]:
+def run_rl(params_path: str, overlay: str | None = None) -> list[dict[str, float]]:
     from cudal1.config import load_params
+    from cudal1.devices import check_devices
     from cudal1.pool import CandidatePool
     from cudal1.problems import Problem
     from cudal1.training.evaluation import evaluator_fn
     from cudal1.training.finetune import load_policy, policy_source, save_policy
     from cudal1.training.rl import run_contrastive_rl
 
-    params = load_params(params_path, "contrastive_rl")
+    params = load_params(params_path, "contrastive_rl", overlay)
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     devices = tuple(f"cuda:{rank}" if d.startswith("cuda") else d for d in params.devices[:1])
+    check_devices(devices, "contrastive_rl.devices")
     problems = _read_problems(params.problems, Problem)
     model, tokenizer = load_policy(policy_source(params.policy))
     work = Path(params.work_dir) / "launch"
@@ -81,8 +83,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Run a learning stage's training under accelerate launch.")
     parser.add_argument("stage", choices=["sft", "rl"])
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--params-overlay", default=None, help="a YAML file merged over the params")
     args = parser.parse_args()
-    result = run_sft(args.params) if args.stage == "sft" else run_rl(args.params)
+    result = (run_sft if args.stage == "sft" else run_rl)(args.params, args.params_overlay)
     if _is_main():
         print(result)
 

@@ -73,7 +73,9 @@ def group_rewards(speedups: Sequence[float | None], clip: float = 1.5, failure_r
 
 
 def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
-    """Fraction of protocol sections present, minus 1 when no evaluable program: in [−1, 1].
+    """Fraction of protocol sections present and not empty, minus 1 when no evaluable program: in [−1, 1].
+    Beside the speedup reward it tells failures apart: a truncated answer that kept the protocol's shape
+    scores above one that lost it.
 
     >>> format_reward(["## Performance Analysis\\na\\n## Algorithm Design\\nb\\n## Code Implementation\\n"
     ...                "```python\\nclass ModelNew: pass\\n```"])
@@ -84,7 +86,7 @@ def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
     out = []
     for completion in completions:
         parsed = parse_response(completion_text(completion))
-        present = sum(name in parsed.sections for name in SECTIONS) / len(SECTIONS)
+        present = sum(bool(parsed.sections.get(name, "").strip()) for name in SECTIONS) / len(SECTIONS)
         out.append(present - (0.0 if parsed.ok else 1.0))
     return out
 
@@ -111,7 +113,9 @@ class RewardRecord:
 class SpeedupReward:
     """The contrastive-RL reward, a callable object in TRL's contract.
 
-    Needs a ``problem_id`` dataset column. Completions sharing a prompt form a group.
+    Needs a ``problem_id`` dataset column. Completions sharing a prompt form a group. With
+    ``require_analysis`` (the learning stages) a response must parse into a Performance Analysis and a
+    program: one without the analysis is malformed, never evaluated, and gets ``failure_reward``.
 
     >>> from cudal1.candidates import Status
     >>> def toy_evaluate(problems, candidates):  # stands in for the evaluator: speedup = 1 + len(code)/100
@@ -151,6 +155,7 @@ class SpeedupReward:
         admit: str = "all",
         admit_margin: float = 0.0,
         resolution: float = 0.0,
+        require_analysis: bool = False,
     ) -> None:
         if clip <= 0:
             raise ValueError(f"clip={clip}: must be positive (the paper uses k = 1.5)")
@@ -165,6 +170,7 @@ class SpeedupReward:
         self.cache = cache
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.stage, self.admit, self.admit_margin, self.resolution = stage, admit, admit_margin, resolution
+        self.require_analysis = require_analysis
         self.evaluated = 0  # evaluator calls made by this object (the cache's counterpart)
         self.history: list[RewardRecord] = []
 
@@ -202,7 +208,8 @@ class SpeedupReward:
         for p, pid in zip(parsed, problem_ids, strict=True):
             if pid not in self.problems:
                 raise KeyError(f"problem_id {pid!r} is not among the {len(self.problems)} problems given")
-            candidates.append(Candidate(pid, p.code, origin=self.stage) if p.ok else None)
+            evaluable = p.analysed if self.require_analysis else p.ok
+            candidates.append(Candidate(pid, p.code, origin=self.stage) if evaluable else None)
         todo: dict[tuple[str, str], Candidate] = {}
         for c in candidates:
             key = (c.problem_id, c.sha256) if c is not None else None

@@ -148,9 +148,12 @@ def run_contrastive_rl(
     load_model: Callable[[Path], Any] | None = None,
     cache: CandidatePool | None = None,
     cache_path: str | Path | None = None,
+    after_epoch: Callable[[int, Any], dict[str, float]] | None = None,
 ) -> tuple[Any, list[dict[str, float]]]:
     """Run the epochs not finished yet in ``out_dir``. Returns the policy and every epoch's metrics.
-    ``load_model(path)`` reloads the last finished epoch's policy when resuming."""
+    ``load_model(path)`` reloads the last finished epoch's policy when resuming. ``after_epoch(epoch,
+    model)`` measures the epoch's policy further (e.g. :func:`held_out_metrics`); its figures join the
+    epoch's metrics."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -163,7 +166,8 @@ def run_contrastive_rl(
     reward = SpeedupReward(problems, evaluate, pool, clip=settings.clip, failure_reward=settings.failure_reward,
                            pool_path=pool_path, cache=cache, cache_path=cache_path, stage="contrastive_rl",
                            admit=settings.prompts.admit,
-                           admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution)
+                           admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution,
+                           require_analysis=True)
     funcs: list[Any] = [reward]
     weights = [1.0]
     if settings.format_weight:
@@ -196,6 +200,8 @@ def run_contrastive_rl(
                     "evaluated": float(reward.evaluated - evaluated_before),
                     "epoch_seconds": time.perf_counter() - t0} | pool.stats()
         steps += trainer.state.global_step
+        if after_epoch is not None:
+            metrics |= after_epoch(epoch, model)
         save_policy(model, tokenizer, out_dir / "policy")
         state["epochs"].append(metrics)
         (out_dir / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -204,3 +210,24 @@ def run_contrastive_rl(
         if on_epoch is not None:
             on_epoch(epoch, metrics)
     return model, state["epochs"]
+
+
+def held_out_metrics(model: Any, tokenizer: Any, problems: Mapping[str, Problem], pool: CandidatePool,
+                     evaluate: EvaluateFn, settings: RLSettings, *, cache: CandidatePool | None = None,
+                     seed: int = 0) -> dict[str, float]:
+    """An RL epoch's figures on problems the policy is not trained on: the same kind of prompts (exemplars
+    from ``pool``, which stays as it is, so every call asks the same prompts), ``num_generations`` samples
+    each, scored by the RL reward; no update. ``cache`` (kept by the caller) lends earlier calls'
+    measurements. Keys as :func:`epoch_metrics`'s, prefixed ``held_out_``."""
+    from cudal1.generation.backends import TransformersBackend
+
+    rows = epoch_prompts(problems, pool, settings, 0)
+    outputs = TransformersBackend(model, tokenizer, seed=seed).generate(
+        [r["prompt"] for r in rows], settings.num_generations, settings.max_new_tokens, settings.temperature)
+    reward = SpeedupReward(problems, evaluate, CandidatePool(pool.entries()), clip=settings.clip,
+                           failure_reward=settings.failure_reward, cache=cache, stage="held_out",
+                           resolution=settings.speedup_resolution, require_analysis=True)
+    n = settings.num_generations
+    reward([c for group in outputs for c in group], prompts=[r["prompt"] for r in rows for _ in range(n)],
+           problem_id=[r["problem_id"] for r in rows for _ in range(n)])
+    return {f"held_out_{k}": v for k, v in epoch_metrics(reward.history).items()}

@@ -51,9 +51,10 @@ def self_supervised_round(
     (problem_id, completion, status, speedup) for the stage's data output."""
     samples = sample_candidates(backend, problems, pool, settings.sampling, settings,
                                 seed=settings.finetune.seed + 1000 * round_index)
+    before = {e.key for e in pool.entries() if e.ok}
     judge = SpeedupReward(problems, evaluate, pool, pool_path=pool_path, cache=cache, cache_path=cache_path,
                           stage=f"self_supervised-{round_index}", admit=settings.prompts.admit,
-                          admit_margin=settings.prompts.admit_margin)
+                          admit_margin=settings.prompts.admit_margin, require_analysis=True)
     judge([s["completion"] for s in samples], prompts=[s["prompt"] for s in samples],
           problem_id=[s["problem_id"] for s in samples])
     for row, record in zip(samples, judge.history, strict=True):
@@ -68,6 +69,10 @@ def self_supervised_round(
         "problems_solved": len({s["problem_id"] for s in correct}),
         "generated_tokens": tokens,
         "evaluated": judge.evaluated,
+        # The corpus's growth: correct programs the pool did not hold (the next round's exemplars and
+        # training programs come from it), and how many correct programs it holds after the round.
+        "new_correct": len({e.key for e in pool.entries() if e.ok} - before),
+        "pool_correct": sum(e.ok for e in pool.entries()),
     }
     # Training prompts are drawn again from the pool, which now holds this round's programs too: the
     # policy then learns on prompts like those of the next round and of RL, whose exemplars are its own
@@ -110,7 +115,7 @@ def run_self_supervised(
     summaries: list[dict[str, Any]] = []
     step = 0
     for r in range(settings.rounds):
-        backend = TransformersBackend(model, tokenizer, device=str(model.device), batch_size=settings.sampling.batch_size,
+        backend = TransformersBackend(model, tokenizer, batch_size=settings.sampling.batch_size,
                                       seed=settings.finetune.seed + r)
         model, summary, samples = self_supervised_round(
             model, tokenizer, backend, problems, pool, evaluate, settings, r, work_dir,

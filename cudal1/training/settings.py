@@ -101,7 +101,9 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class SelfSupervisedSettings:
-    rounds: int = 1  # sample, evaluate, fine-tune on the correct ones; 0 skips the stage
+    # Rounds of: sample, evaluate, fine-tune on the correct ones, each sampling the policy the round before
+    # fine-tuned (the method iterates); 0 skips the stage.
+    rounds: int = 2
     copies: int = 2  # each correct sample is trained on this often, each time under a freshly drawn prompt
     sampling: SamplingSettings = SamplingSettings()  # how each round samples
     finetune: FinetuneSettings = FinetuneSettings(epochs=2.0, learning_rate=5e-4)  # how each round fine-tunes

@@ -60,3 +60,25 @@ def test_report_files(tmp_path):
     for png in ("histogram_png", "levels_png"):
         assert paths[png].read_bytes()[:4] == b"\x89PNG"
     assert "| p4 n4 | 2 | - | - | 0/0 |" in render_markdown(report, "t")
+
+
+def test_the_report_shows_each_self_supervised_round(tmp_path):
+    from flows.report import read_rounds
+    from flows.self_supervised import COLUMNS
+    from tasks.learning import write_plot_csv
+
+    rounds = [{"round": 0, "samples": 60, "correct": 30, "success_rate": 0.5, "problems_solved": 12, "new_correct": 9,
+               "pool_correct": 41, "generated_tokens": 5000, "evaluated": 20, "finetune_last_loss": 0.3},
+              {"round": 1, "samples": 60, "correct": 45, "success_rate": 0.75, "problems_solved": 14, "new_correct": 4,
+               "pool_correct": 45, "generated_tokens": 5100, "evaluated": 12, "finetune_last_loss": ""}]
+    write_plot_csv(rounds, tmp_path / "rounds.csv", COLUMNS)  # what the self_supervised stage writes
+    read = read_rounds(str(tmp_path / "rounds.csv"))
+    assert read[1] == {"round": 1, "samples": 60, "correct": 45, "success_rate": 0.75, "problems_solved": 14,
+                       "new_correct": 4, "pool_correct": 45}
+    report = build_report(PROBLEMS, CANDIDATES, EVALUATIONS, rounds=read)
+    markdown = render_markdown(report, "t")
+    assert "## Self-supervised rounds" in markdown
+    assert "| 0 | 30/60 | 0.50 | 12 | 9 | 41 |" in markdown and "| 1 | 45/60 | 0.75 | 14 | 4 | 45 |" in markdown
+    assert report.metrics()["self_supervised"]["round1"] == {"samples": 60, "correct": 45, "success_rate": 0.75,
+                                                             "problems_solved": 14, "new_correct": 4, "pool_correct": 45}
+    assert "self_supervised" not in build_report(PROBLEMS, CANDIDATES, EVALUATIONS).metrics()

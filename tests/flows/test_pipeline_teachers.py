@@ -48,6 +48,35 @@ def test_llm_teacher_samples_the_served_model_and_a_rerun_reuses_its_completions
         candidates["candidate_id"].to_list()
 
 
+RELU = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x.clamp(min=0)\n"
+
+
+@pytest.mark.slow
+def test_a_file_teacher_given_by_an_overlay_reaches_the_corpus(run_env, tmp_path):
+    """The augment stage with a file teacher named by an overlay (--params-overlay, as `make run OVERLAY=`
+    gives it): its verified program joins the corpus with its origin and analysis, the wrong one does not."""
+    import json
+
+    import yaml
+
+    repo = copy_repo(tmp_path)
+    edit_params(repo, {"problems": {"ids": ["starter-L1-2"]},
+                       "augment": {"template": {"enabled": False}, "protocol": REDUCED["augment"]["protocol"]}})
+    rows = [{"problem_id": "L1-19", "program": RELU, "analysis": "ReLU as one clamp"},
+            {"problem_id": "L1-19", "program": RELU.replace("min=0", "min=1")}]
+    (repo / "programs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overlay = {"augment": {"file_teachers": [{"name": "file", "path": "programs.jsonl", "ids": {"L1-19": "starter-L1-2"}}]}}
+    (repo / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    assert run([sys.executable, "-m", "flows.problems"], repo, run_env).returncode == 0
+    done = run([sys.executable, "-m", "flows.augment", "--params-overlay", "overlay.yaml"], repo, run_env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    candidates = pl.read_parquet(repo / "data/augment/candidates.parquet")
+    assert candidates.height == 2 and set(candidates["origin"]) == {"teacher:file"}
+    corpus = pl.read_parquet(repo / "data/augment/corpus.parquet")
+    assert corpus.select("origin", "analysis").rows() == [("teacher:file", "ReLU as one clamp")]
+    assert corpus["source"].to_list() == [RELU] and corpus["speedup"][0] > 0
+
+
 def test_sampling_stops_after_enough_correct_candidates():
     """CUDA-L1's rule with the real evaluator: a failure, then a success, then the problem is done."""
     problem = next(p for p in load_starter_suite() if p.problem_id == "starter-L1-2")

@@ -41,7 +41,7 @@ def corpus_rows(problems) -> list[dict]:
 TINY_PARAMS = {
     "policy": {"model": "tiny", "vocab_size": 1024, "hidden": 64, "layers": 1, "max_positions": 1024},
     "sft": {"epochs": 3, "learning_rate": 0.003, "batch_size": 4, "copies": 1, "prompts": {"exemplars": 1}},
-    "self_supervised": {"rounds": 1, "copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48, "batch_size": 4},
+    "self_supervised": {"rounds": 2, "copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48, "batch_size": 4},
                         "finetune": {"epochs": 1, "batch_size": 2}, "prompts": {"exemplars": 1}, "protocol": LIGHT},
     "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 48,
                        "iterations": 2, "prompts": {"exemplars": 1, "admit": "improving"}, "protocol": LIGHT},

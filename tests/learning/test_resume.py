@@ -29,7 +29,7 @@ def test_resumed_rl_reuses_the_pool(problems, tmp_path):
     build_tiny_policy(tmp_path / "policy", tokenizer_texts([p], corpus), vocab_size=1024, hidden=128, layers=2)
     model, tok = load_policy(tmp_path / "policy")
     rows = sft_examples({p.problem_id: p}, corpus, NO_EXEMPLARS, copies=8)
-    assert rows[0]["completion"] == response_for(program, "template:no_grad", [])
+    assert rows[0]["completion"] == response_for(corpus[0], p.source, [], CandidatePool(corpus))
     model, _ = finetune(model, tok, rows, FinetuneSettings(epochs=80, learning_rate=3e-3, batch_size=4), tmp_path / "w")
 
     calls: list[set[tuple[str, str]]] = []

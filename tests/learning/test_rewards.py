@@ -144,7 +144,33 @@ def test_a_failed_reference_is_not_the_completions_failure(problems):
 def test_format_reward():
     assert format_reward([render_response("a", "b", "class ModelNew: pass")]) == [1.0]
     assert format_reward(["## Code Implementation\n```python\nclass ModelNew: pass\n```"]) == [pytest.approx(1 / 3)]
+    assert format_reward([render_response("", "b", "class ModelNew: pass")]) == [pytest.approx(2 / 3)]  # empty analysis
+    assert format_reward(["## Performance Analysis\na\n## Algorithm Design\nb\n## Code Implementation\n```python\n"
+                          "class ModelNew:"]) == [0.0]  # cut off: the protocol's shape kept, but no program
     assert format_reward(["nothing"]) == [-1.0]
+
+
+def test_a_response_must_hold_an_analysis_and_a_program(problems):
+    # The learning stages reward a response that parses into a Performance Analysis and a program: without
+    # the analysis it is malformed, never evaluated, and gets the failure reward.
+    from cudal1.candidates import Evaluation, Status
+
+    p = problems[0]
+    program = template_source(p, "no_grad")
+    seen: list[str] = []
+
+    def measured(probs, cands):
+        seen.extend(c.source for c in cands)
+        return [Evaluation(c.problem_id, c.candidate_id, Status.OK, speedup=1.0) for c in cands]
+
+    bare = f"## Code Implementation\n```python\n{program}```\n"
+    reward = SpeedupReward({p.problem_id: p}, measured, CandidatePool(), failure_reward=-4.0, require_analysis=True)
+    out = reward([render_response("1. x", "y", program), bare, render_response("", "y", program)],
+                 prompts=["A"] * 3, problem_id=[p.problem_id] * 3)
+    assert out == [0.0, -4.0, -4.0] and seen == [program]
+    assert [r.status for r in reward.history] == ["ok", "malformed", "malformed"]
+    lenient = SpeedupReward({p.problem_id: p}, measured, CandidatePool(), failure_reward=-4.0)
+    assert lenient([bare], prompts=["A"], problem_id=[p.problem_id]) == [0.0]  # a program alone, outside learning
 
 
 def test_real_evaluator_rewards_and_caches(problems, tmp_path):

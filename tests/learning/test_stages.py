@@ -49,11 +49,20 @@ def test_self_supervised_stage(tiny_project):
     from flows.self_supervised import self_supervised_flow
 
     rounds = self_supervised_flow(params_path=str(tiny_project / "params.yaml"))
-    assert len(rounds) == 1 and rounds[0]["samples"] == 4  # 2 problems x 2 samples
-    assert (tiny_project / "data/self_supervised/samples-round-0.parquet").exists()
+    assert len(rounds) == 2 and all(r["samples"] == 4 for r in rounds)  # 2 problems x 2 samples, each round
+    for r in range(2):
+        assert (tiny_project / f"data/self_supervised/samples-round-{r}.parquet").exists()
+        assert (tiny_project / f"models/self_supervised/rounds/round-{r}/config.json").exists()
     assert (tiny_project / "data/self_supervised/pool.parquet").exists()
     assert (tiny_project / "models/self_supervised/config.json").exists()
-    assert (tiny_project / "models/self_supervised/rounds/round-0/config.json").exists()
+    # the corpus's growth: the 4 corpus programs, then whatever each round added
+    assert rounds[0]["pool_correct"] == 4 + rounds[0]["new_correct"]
+    assert rounds[1]["pool_correct"] == rounds[0]["pool_correct"] + rounds[1]["new_correct"]
+    client, found = runs(tiny_project, "self_supervised")
+    run_id = found[0].info.run_id
+    for series in ("ssl_round_success_rate", "ssl_round_new_correct", "ssl_round_pool_correct"):
+        assert [m.step for m in client.get_metric_history(run_id, series)] == [0, 1], series
+    assert found[0].data.metrics["corpus_growth"] == rounds[0]["new_correct"] + rounds[1]["new_correct"]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Linear, min with min_value, clamp to [min_value, max_value]: with min_value=0 the output is always 0 (the CUDA-L1 "120x" case); a candidate may skip the linear only if that degenerate shortcut is allowed."""
+"""Linear, min with min_value, clamp to [min_value, max_value]: with min_value=0 the output is always 0, the constant min-clamp chain of KernelBench L2-83 (Conv3d_GroupNorm_Min_Clamp_Dropout); a candidate may skip the linear only if that degenerate shortcut is allowed."""
 
 import torch
 import torch.nn as nn
