@@ -97,7 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="RL epochs (smoke: 1, each one's split in rl_epochs; recipe: the params')")
     parser.add_argument("--recipe", action="store_true", help="the recipe with the params (and --params-overlay)")
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--params-overlay", default=None, help="a YAML file merged over --params")
+    parser.add_argument("--params-overlay", nargs="+", default=None,
+                        help="YAML files merged over --params, in order (e.g. configs/gpu-real-model.yaml, then "
+                        "configs/gpu-tiny-policy.yaml)")
     parser.add_argument("--model", default=None, help="recipe: the policy (hub id or folder) instead of policy.model")
     parser.add_argument("--held-out", nargs="*", default=list(HELD_OUT), help="recipe: problem ids held out")
     parser.add_argument("--format-weights", type=float, nargs="*", default=None, help="compare these weights")

@@ -11,7 +11,7 @@ A new stage adds its dataclass and one line to ``SECTIONS``; nothing else here n
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -267,12 +267,17 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def read_document(path: str | Path, overlay: str | Path | None = None) -> dict[str, Any]:
-    """The params file as data, with ``overlay`` (a YAML file of the same shape, e.g. configs/gpu-real-model.yaml)
-    merged over it: a mapping merges key by key, anything else (a list, a value) replaces."""
+Overlay = str | Path | Sequence[str | Path] | None
+
+
+def read_document(path: str | Path, overlay: Overlay = None) -> dict[str, Any]:
+    """The params file as data, with ``overlay`` (a YAML file of the same shape, e.g. configs/gpu-real-model.yaml,
+    or several, merged in order) merged over it: a mapping merges key by key, anything else (a list, a value)
+    replaces."""
     document = _read_yaml(Path(path), "run from the repository root or pass --params PATH")
-    if overlay is not None:
-        document = merge(document, _read_yaml(Path(overlay), "fix --params-overlay (or CUDAL1_PARAMS_OVERLAY)"))
+    overlays = [overlay] if isinstance(overlay, str | Path) else list(overlay or [])
+    for each in overlays:
+        document = merge(document, _read_yaml(Path(each), "fix --params-overlay (or CUDAL1_PARAMS_OVERLAY)"))
     return document
 
 
@@ -302,7 +307,7 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_params(path: str | Path, section: str, overlay: str | Path | None = None) -> Any:
+def load_params(path: str | Path, section: str, overlay: Overlay = None) -> Any:
     """Read ``section`` of the YAML file at ``path`` (with ``overlay`` merged over it, see
     :func:`read_document`) into its frozen dataclass, resolving relative paths against the params file's
     directory, the overlay's included. A missing section gives the defaults."""
