@@ -394,3 +394,18 @@ def test_a_device_waiting_for_builds_lets_every_pending_build_go_on_a_gpu_host()
         threading.Timer(0.3, finish).start()
         assert groups.take()[0].problem_id == "needs-build"  # type: ignore[index]
         assert seen == [(let_go, let_go)] and QUIET.free[sha] == 0 and QUIET.free[later_sha] == 0
+
+
+def test_a_worker_closed_twice_closes_once(tmp_path: Path) -> None:
+    """The scheduler's release closes a reference taken early and its session may close it again: the
+    second close is a no-op, not an EBADF from draining a closed descriptor socket (it stopped a GPU run)."""
+    import socket
+
+    from cudal1.evaluator.process import WorkerProcess, WorkerSpec
+
+    worker = WorkerProcess(WorkerSpec(device="cpu", memory_limit_mb=4096), tmp_path / "w", "reference")
+    worker.fd_sock, peer = socket.socketpair(socket.AF_UNIX)  # a CUDA worker's descriptor socket
+    worker.close()
+    worker.close()
+    peer.close()
+    assert worker.proc.poll() is not None and worker.fd_sock.fileno() == -1

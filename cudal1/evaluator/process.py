@@ -368,6 +368,11 @@ class WorkerProcess:
             pass
 
     def close(self) -> None:
+        # Idempotent: a reference taken early can be closed by the scheduler's release and again by its
+        # session; a second drain on the closed socket raised EBADF and stopped a GPU augment run.
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         sandbox.forget(self)
         if self.proc.poll() is None:
             try:

@@ -24,7 +24,8 @@ REDUCED = {
     "evaluate": {"protocol": {"correctness_trials": 2, "timing_trials": 2, "target_trial_ms": 10.0}},
     "policy": {"vocab_size": 1024, "hidden": 64, "layers": 1},
     "sft": {"epochs": 3, "learning_rate": 0.003, "copies": 1, "prompts": {"exemplars": 1}},
-    "self_supervised": {"copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48},
+    # one round: the rounds' iteration is tested by tests/learning/test_stages.py on a smaller project
+    "self_supervised": {"rounds": 1, "copies": 1, "sampling": {"samples": 2, "max_new_tokens": 48},
                         "finetune": {"epochs": 1}, "prompts": {"exemplars": 1}},
     "contrastive_rl": {"epochs": 1, "num_generations": 2, "prompts_per_step": 3, "max_new_tokens": 48,
                        "prompts": {"exemplars": 1}},
