@@ -415,7 +415,8 @@ def compare_format_weights(args: argparse.Namespace) -> None:
             print(json.dumps(dict(zip(RUN_COLUMNS, runs[-1], strict=True))), flush=True)
     by_weight = [[w, *(round(statistics.fmean(r[i] for r in runs if r[0] == w), 4) for i in (2, 3, 4))]
                  for w in args.format_weights]
-    figures = {f"{name}_w{w:g}": row[i] for row in by_weight for i, name in ((1, "success"), (2, "reward")) for w in [row[0]]}
+    figures = {f"{name}_w{w:g}": row[i] for row in by_weight for i, name in ((1, "success"), (2, "reward"), (3, "wellformed"))
+               for w in [row[0]]}
     write_result(Path(args.result), title="Contrastive RL on the CPU default with and without the format reward",
                  command="nice python benchmarks/learning_gpu.py " + " ".join(sys.argv[1:]), hardware=this_machine(),
                  commit=args.commit, figures=figures | {"seeds": len(args.seeds), "epochs": params.epochs},
