@@ -362,10 +362,10 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
         clock.add("held_out", time.perf_counter() - start)
         return figures | {"held_out_generation_s": clock.seconds.get("generation", 0.0) - generated}
 
-    timed = epoch_splits(clock, splits)
+    timed: list[Any] = []  # the epochs' clock, started once the policy before RL has been measured
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
-        timed(epoch, metrics)
+        timed[0](epoch, metrics)
         report["rl_epochs"].append(metrics | splits[-1])
         _entries(kept, pool.entries()), save()
 
@@ -373,6 +373,8 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
         if "held_out_before_rl" not in report:
             report["held_out_before_rl"] = after_epoch(model, evaluate)
             save()
+        # the first epoch's split starts here: the measurement before RL counted in it gave its generation twice
+        timed.append(epoch_splits(clock, splits))
         t0 = time.perf_counter()
         run_contrastive_rl(model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
                            on_epoch=on_epoch, after_epoch=lambda e, m: after_epoch(m, evaluate),

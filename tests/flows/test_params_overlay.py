@@ -19,6 +19,7 @@ from flows import pipeline
 from flows._common import OVERLAY_ENV, stage_params
 
 GPU_OVERLAY = REPO / "configs" / "gpu-real-model.yaml"
+TINY_OVERLAY = REPO / "configs" / "gpu-tiny-policy.yaml"
 EVALUATING = ("augment", "evaluate", "self_supervised", "contrastive_rl", "gate")
 
 
@@ -30,10 +31,28 @@ def gpu_repo(tmp_path: Path) -> Path:
     (repo / "configs").mkdir(parents=True)
     shutil.copy(REPO / "params.yaml", repo / "params.yaml")
     shutil.copy(GPU_OVERLAY, repo / "configs" / GPU_OVERLAY.name)
+    shutil.copy(TINY_OVERLAY, repo / "configs" / TINY_OVERLAY.name)
     for name in ("kernelbench/problems.jsonl", "cuda-l1/h100.jsonl"):
         (tmp_path / "shared" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "shared" / name).write_text("")
     return repo
+
+
+def test_the_tiny_policy_overlay_stacks_over_the_gpu_overlay(gpu_repo: Path) -> None:
+    """configs/gpu-tiny-policy.yaml over gpu-real-model.yaml: the recipe's problems, teachers, devices and
+    protocol stay; the policy is the tiny one, fine-tuned whole, with positions for the longest SFT row."""
+    overlays = [gpu_repo / "configs" / GPU_OVERLAY.name, gpu_repo / "configs" / TINY_OVERLAY.name]
+    both = {s: load_params(gpu_repo / "params.yaml", s, overlays) for s in SECTIONS}
+    real = {s: load_params(gpu_repo / "params.yaml", s, overlays[0]) for s in SECTIONS}
+    assert both["policy"].is_tiny and both["policy"].max_positions >= both["sft"].max_length
+    for section in ("sft", "contrastive_rl"):
+        assert not both[section].lora and not both[section].gradient_checkpointing, section
+    assert not both["self_supervised"].finetune.lora
+    for section in ("problems", "augment", "evaluate", "gate"):
+        assert both[section] == real[section], section
+    for section in ("self_supervised", "contrastive_rl"):
+        assert both[section].devices == real[section].devices and both[section].protocol == real[section].protocol
+    assert both["contrastive_rl"].epochs == real["contrastive_rl"].epochs >= 5
 
 
 def test_the_gpu_overlay_validates_and_reaches_every_stage(gpu_repo: Path) -> None:
@@ -48,7 +67,9 @@ def test_the_gpu_overlay_validates_and_reaches_every_stage(gpu_repo: Path) -> No
     assert len(params["problems"].ids) == 20
     (teacher,) = params["augment"].file_teachers
     assert Path(teacher.path).resolve() == (shared / "cuda-l1/h100.jsonl").resolve()  # against params.yaml's folder
-    assert params["augment"].template == plain["augment"].template  # what the overlay leaves keeps its value
+    template = params["augment"].template  # the two rewrites that matter on a GPU; what it leaves keeps its value
+    assert template.variants == ("no_grad", "cuda_graph") and template.compile_modes == plain["augment"].template.compile_modes
+    assert params["augment"].protocol == plain["augment"].protocol
     for section in EVALUATING:
         assert params[section].devices == ("cuda:0",), section
     assert params["sft"].lora and params["sft"].gradient_checkpointing and params["contrastive_rl"].lora
