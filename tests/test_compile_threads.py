@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REFERENCE = textwrap.dedent('''
     import torch
     class Model(torch.nn.Module):
@@ -62,11 +64,13 @@ def _violations(tmp_path: Path, mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a torch.compile in a fresh worker, about 40 s: `make test` runs it, the fast tier does not
 def test_a_fresh_compile_in_the_timed_worker_starts_no_thread(tmp_path: Path) -> None:
     result = _violations(tmp_path, "new")
     assert result["ok"] and result["changed"] == []
 
 
+@pytest.mark.slow  # a torch.compile in a fresh worker, about 40 s: `make test` runs it, the fast tier does not
 def test_without_the_setting_torch_starts_threads_that_would_be_blamed(tmp_path: Path) -> None:
     """The check above can fail: with torch's defaults the same load changes the thread count."""
     result = _violations(tmp_path, "old")

@@ -440,6 +440,7 @@ def test_a_build_worker_loads_without_the_timing_preparations(tmp_path: Path, bu
     assert (worker.plan is None) is build_only
 
 
+@pytest.mark.slow  # three real extension builds, about a minute: `make test` runs it, the fast tier does not
 def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pytest.MonkeyPatch,
                                                                 ext_root: Path) -> None:
     """Candidates listed program-first across problems (as a reproduction lists its programs, then the

@@ -16,7 +16,8 @@ import yaml
 from learning_helpers import LIGHT
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+# slow: the module fixture runs every learning stage (about a minute on the 2-core machine)
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]
 STAGES = ("policy", "sft", "self_supervised", "contrastive_rl")
 
 
