@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 def measure(work: Path, targets: list[str], args: argparse.Namespace) -> int:
     """Each target timed in a clone under ``work``, then the result written; 1 where a target failed."""
     repo, env = clone(work), environment(work)
+    commit = git_commit(repo)  # the tree as cloned: `make run` rewrites a stale dvc.lock in it
     walls, logs = {}, {}
     for target in targets:
         wall, code = timed(args.make, target, repo, env, work / f"make-{target}.log")
@@ -115,7 +116,7 @@ def measure(work: Path, targets: list[str], args: argparse.Namespace) -> int:
     figures = figures_from(walls, logs)
     command = "python benchmarks/fresh_clone.py" + "".join(f" --no-{t}" for t in TARGETS if t not in targets)
     path = write_result(args.out, title="A fresh clone's `make run`, `make check` and `make test`", command=command,
-                        hardware=this_machine(), figures=figures, commit=git_commit(repo),
+                        hardware=this_machine(), figures=figures, commit=commit,
                         notes="Each in a new clone, in that order: the first target timed pays for the set-up. "
                               "The pytest figures are pytest's own summary line.")
     print(path, figures)
