@@ -214,7 +214,7 @@ def recipe_augment(problems: list, held_out: set[str], params: Any, clock: Stopw
     from collections import Counter
 
     from cudal1.generation.augment import dedupe
-    from cudal1.generation.files import file_candidates, read_programs
+    from cudal1.generation.files import teacher_candidates
     from cudal1.generation.templates import template_candidates
     from cudal1.pool import PoolEntry
     from cudal1.training.evaluation import evaluator_fn
@@ -225,7 +225,7 @@ def recipe_augment(problems: list, held_out: set[str], params: Any, clock: Stopw
                                                                    params.template.compile_modes, gpu)
                   if params.template.enabled]
     for teacher in params.file_teachers:
-        candidates += file_candidates(train, read_programs(teacher.path), f"teacher:{teacher.name}", teacher.ids)[0]
+        candidates += teacher_candidates(train, teacher)[0]
     candidates = [c for c in dedupe(candidates) if c.origin not in params.corpus_exclude_origins]
     by_id = {p.problem_id: p for p in problems}
     with evaluator_fn(params.protocol, params.devices) as evaluate:
@@ -362,10 +362,8 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
         clock.add("held_out", time.perf_counter() - start)
         return figures | {"held_out_generation_s": clock.seconds.get("generation", 0.0) - generated}
 
-    timed: list[Any] = []  # the epochs' clock, started once the policy before RL has been measured
-
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
-        timed[0](epoch, metrics)
+        timed(epoch, metrics)  # the epochs' clock, started below once the policy before RL has been measured
         report["rl_epochs"].append(metrics | splits[-1])
         _entries(kept, pool.entries()), save()
 
@@ -374,7 +372,7 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
             report["held_out_before_rl"] = after_epoch(model, evaluate)
             save()
         # the first epoch's split starts here: the measurement before RL counted in it gave its generation twice
-        timed.append(epoch_splits(clock, splits))
+        timed = epoch_splits(clock, splits)
         t0 = time.perf_counter()
         run_contrastive_rl(model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
                            on_epoch=on_epoch, after_epoch=lambda e, m: after_epoch(m, evaluate),

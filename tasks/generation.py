@@ -25,11 +25,10 @@ def template_candidates_task(problems: list[Problem], params: TemplateParams, gp
 @task(cache_policy=NO_CACHE, task_run_name="read {params.name}")
 def file_candidates_task(problems: list[Problem], params: FileTeacherParams) -> list[Candidate]:
     """A file teacher's programs, as candidates of this run's problems."""
-    from cudal1.generation.files import file_candidates, read_programs
+    from cudal1.generation.files import teacher_candidates
 
-    programs = read_programs(params.path)
-    candidates, unmatched = file_candidates(problems, programs, f"teacher:{params.name}", params.ids)
-    get_run_logger().info(f"{params.name}: {len(programs)} programs in {params.path}, {len(candidates)} for this "
+    candidates, unmatched, programs = teacher_candidates(problems, params)
+    get_run_logger().info(f"{params.name}: {programs} programs in {params.path}, {len(candidates)} for this "
                           f"run's problems ({len(unmatched)} of problems not in the run)")
     return candidates
 

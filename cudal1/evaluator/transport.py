@@ -350,8 +350,6 @@ def receive_fd(sock: socket.socket, timeout_s: float = 30.0) -> int:
 
 def drain(sock: socket.socket) -> None:
     """Close whatever descriptors are waiting (sent by anyone but the harness, or left by a failed call)."""
-    if sock.fileno() == -1:  # closed already: nothing can be waiting
-        return
     sock.setblocking(False)
     try:
         while True:

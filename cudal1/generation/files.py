@@ -18,9 +18,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudal1.candidates import Candidate
 from cudal1.problems import Problem, ProblemLoadError, load_cudal1_release
+
+if TYPE_CHECKING:
+    from cudal1.config import FileTeacherParams
 
 
 class ProgramFileError(ValueError):
@@ -103,3 +107,11 @@ def file_candidates(problems: Sequence[Problem], programs: Sequence[FileProgram]
         else:
             unmatched.append(program.problem_id)
     return candidates, unmatched
+
+
+def teacher_candidates(problems: Sequence[Problem], teacher: FileTeacherParams) -> tuple[list[Candidate], list[str], int]:
+    """A file teacher's programs (an ``augment.file_teachers`` entry) as candidates of ``problems``, origin
+    ``teacher:<name>``; also the file ids that matched none and how many programs the file held, for the log."""
+    programs = read_programs(teacher.path)
+    candidates, unmatched = file_candidates(problems, programs, f"teacher:{teacher.name}", teacher.ids)
+    return candidates, unmatched, len(programs)
