@@ -372,8 +372,8 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
             report["held_out_before_rl"] = after_epoch(model, evaluate)
             save()
         # the first epoch's split starts here: the measurement before RL counted in it gave its generation twice
-        timed = epoch_splits(clock, splits)
         t0 = time.perf_counter()
+        timed = epoch_splits(clock, splits)
         run_contrastive_rl(model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
                            on_epoch=on_epoch, after_epoch=lambda e, m: after_epoch(m, evaluate),
                            load_model=lambda path: load_policy(path)[0])
