@@ -151,7 +151,11 @@ class CandidatePool:
             buckets, weights = zip(*probs.items(), strict=True)
             b = rng.choices(buckets, weights=weights)[0]
             chosen.append(rng.choice(members[b]))
-            probs = {k: p for k, p in probs.items() if k != b}  # renormalised by rng.choices
+            # the next draw's probabilities from the buckets left, not the first draw's minus b: beside a
+            # bucket far ahead (a release program at 528x among ~1x rewrites) the others' first-draw
+            # probabilities underflow to 0, and rng.choices refuses weights that sum to 0
+            probs = bucket_probabilities([e for k, m in members.items() if k in probs and k != b for e in m],
+                                         width, temperature)
         rest = [e for e in ok if e not in chosen]
         while rest and len(chosen) < n:
             chosen.append(rest.pop(rng.randrange(len(rest))))

@@ -53,6 +53,22 @@ def test_two_exemplars_come_from_different_buckets_and_uniformly_within():
         assert within[speedup] / 6000 == pytest.approx(1 / 3, abs=0.03)
 
 
+def test_a_bucket_far_ahead_leaves_the_next_draw_possible():
+    # On the GPU a release program measured 528x beside rewrites at ~1x: the others' first-draw probabilities
+    # underflow to 0, and the second exemplar must still come from the buckets left, the faster one likelier.
+    pool = CandidatePool([entry(0, 528.4), entry(1, 0.95), entry(2, 0.49), entry(3, 0.99)])
+    rng = random.Random(0)
+    seconds = Counter()
+    for _ in range(2000):
+        pair = pool.sample_exemplars("p", rng, n=2, width=0.1, temperature=0.5)
+        assert pair[-1].speedup == 528.4 and len(pair) == 2
+        seconds[bucket_of(pair[0].speedup, 0.1)] += 1
+    # conditional on the 528x bucket drawn first: P(next bucket) from the remaining buckets' own softmax
+    rest = bucket_probabilities([entry(1, 0.95), entry(2, 0.49), entry(3, 0.99)], 0.1, 0.5)
+    for b, p in rest.items():
+        assert seconds[b] / 2000 == pytest.approx(p, abs=0.04)
+
+
 def test_fewer_buckets_than_exemplars_fill_from_the_rest():
     pool = CandidatePool([entry(0, 1.0), entry(1, 1.05)])  # one bucket of width 0.25
     pair = pool.sample_exemplars("p", random.Random(0), n=2, width=0.25)
