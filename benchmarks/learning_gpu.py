@@ -348,10 +348,17 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
     from cudal1.training.rl import held_out_metrics, run_contrastive_rl
 
     out, settings = Path(args.out), replace(rl, epochs=args.rl_epochs or rl.epochs)
+
+    def time_generation(model: Any) -> Any:
+        # TRL samples through model.generate; a resumed run trains the last epoch's policy, loaded anew,
+        # whose generate must be timed as well (else its generation lands in training_and_other_s)
+        model.generate = clock.wrap("generation", model.generate)
+        return model
+
     model, tokenizer = load_policy(out / "ssl-policy")
+    model = time_generation(model)
     kept = out / "pool-rl.json"
     pool = CandidatePool(_entries(kept if kept.is_file() else out / "pool.json"))
-    model.generate = clock.wrap("generation", model.generate)  # TRL samples through model.generate
     held_pool, held_cache, splits = CandidatePool(held_corpus), CandidatePool(), []
     report.setdefault("rl_epochs", [])
 
@@ -376,7 +383,7 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
         timed = epoch_splits(clock, splits)
         run_contrastive_rl(model, tokenizer, by_id, pool, clock.evaluator("evaluation", evaluate), settings, out / "rl",
                            on_epoch=on_epoch, after_epoch=lambda e, m: after_epoch(m, evaluate),
-                           load_model=lambda path: load_policy(path)[0])
+                           load_model=lambda path: time_generation(load_policy(path)[0]))
     report["rl_seconds"] = report.get("rl_seconds", 0.0) + time.perf_counter() - t0
     save()
 
