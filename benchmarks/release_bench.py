@@ -281,9 +281,14 @@ def regression_result(before_cold: Path, before_warm: Path, after_cold: Path, af
 PROVENANCE = ("title", "date", "commit", "hardware", "command", "notes")  # what --provenance may record
 
 
-EPOCH_COLUMNS = ("epoch", "success_rate", "mean_speedup", "max_speedup", "mean_reward", "held_out_success_rate",
-                 "held_out_mean_speedup", "held_out_max_speedup", "held_out_mean_reward", "generation_s", "builds_s",
-                 "evaluation_s", "training_and_other_s", "held_out_s", "total_s")
+# what an epoch learned (its problems, then the held-out ones), then where its time went; the median beside
+# the mean, which one outlier can carry (a degenerate problem's program at 500x among rewrites near 1x)
+LEARNED = ("success_rate", "well_formed_rate", "mean_speedup", "median_speedup", "max_speedup", "mean_reward",
+           "held_out_success_rate", "held_out_well_formed_rate", "held_out_mean_speedup", "held_out_max_speedup",
+           "held_out_mean_reward")
+EPOCH_COLUMNS = ("epoch", *LEARNED, "generation_s", "builds_s", "evaluation_s", "training_and_other_s", "held_out_s",
+                 "total_s")
+SSL_COLUMNS = ("round", "samples", "success_rate", "problems_solved", "new_correct", "pool_correct")
 
 
 def recipe_result(run_dir: Path, out: Path) -> tuple[dict[str, Figure], dict[str, Table]]:
@@ -295,7 +300,7 @@ def recipe_result(run_dir: Path, out: Path) -> tuple[dict[str, Figure], dict[str
     from cudal1.reports import plot_series
 
     run = json.loads((run_dir / "learning.json").read_text())
-    rows = [{"epoch": -1, **run.get("held_out_before_rl", {})}] + run["rl_epochs"]
+    rows = [{"epoch": -1, **run.get("held_out_before_rl", {})}] + [r | {"epoch": int(r["epoch"])} for r in run["rl_epochs"]]
 
     def cell(value: Any) -> Figure:
         return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value, 4)
@@ -306,13 +311,19 @@ def recipe_result(run_dir: Path, out: Path) -> tuple[dict[str, Figure], dict[str
         csv.writer(handle).writerows([EPOCH_COLUMNS, *table])
     plot_series(rows[1:], "epoch", ["success_rate", "held_out_success_rate", "mean_reward", "held_out_mean_reward"],
                 out / "curves.png", "Contrastive RL per epoch: its problems and held-out ones")
-    figures = {k: cell(run["rl_epochs"][-1].get(k)) for k in EPOCH_COLUMNS[1:9]} | {
+    figures = {k: cell(run["rl_epochs"][-1].get(k)) for k in LEARNED} | {
         "epochs": len(run["rl_epochs"]), "problems": len(run["problems"]), "held_out": len(run["held_out"]),
         "held_out_success_rate_before_rl": cell(rows[0].get("held_out_success_rate")),
+        "first_epoch_success_rate": cell(run["rl_epochs"][0].get("success_rate")),
+        "held_out_best_success_rate": cell(max(r.get("held_out_success_rate", 0.0) for r in rows)),
+        "augment_candidates": run["augment"]["candidates"],
+        "sft_examples": run["sft"]["examples"], "sft_last_loss": cell(run["sft"].get("last_loss")),
         "corpus_programs": sum(run["augment"]["correct_by_origin"].values()), "rl_s": cell(run.get("rl_seconds"))}
     stages = [[name, cell(run[name].get("seconds")) if isinstance(run.get(name), dict) else None]
               for name in ("augment", "sft")] + [["self_supervised", cell(run.get("self_supervised_seconds"))]]
-    return figures, {"epochs": Table(list(EPOCH_COLUMNS), table), "stages": Table(["stage", "seconds"], stages)}
+    rounds = [[cell(r.get(c)) for c in SSL_COLUMNS] for r in run.get("self_supervised", [])]
+    return figures, {"epochs": Table(list(EPOCH_COLUMNS), table), "stages": Table(["stage", "seconds"], stages),
+                     "self_supervised": Table(list(SSL_COLUMNS), rounds)}
 
 
 TITLES = {"release": "The CUDA-L1 H100 release re-measured cold then warm", "two_gpu": "One GPU against two",

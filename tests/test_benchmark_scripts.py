@@ -176,9 +176,15 @@ def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) 
     # counted twice), so the epoch lies within RL's seconds and no part is negative
     parts = ("generation_s", "evaluation_s", "held_out_s", "training_and_other_s")
     assert all(epoch[k] >= 0 for k in parts) and epoch["total_s"] <= run["rl_seconds"], (epoch, run["rl_seconds"])
-    # a rerun resumes: every stage is done, nothing runs again
-    again = subprocess.run(done.args, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert again.returncode == 0 and json.loads((out / "learning.json").read_text())["rl_epochs"] == run["rl_epochs"]
+    # a rerun with one more epoch resumes: no stage runs again, RL goes on from its last epoch's policy, and
+    # that reloaded policy's generation is timed too (it was not: it fell into training_and_other_s)
+    again = subprocess.run([*done.args, "--rl-epochs", "2"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads((out / "learning.json").read_text())
+    assert resumed["augment"] == run["augment"] and resumed["sft"] == run["sft"]
+    assert resumed["rl_epochs"][0] == epoch and len(resumed["rl_epochs"]) == 2
+    assert resumed["rl_epochs"][1]["generation_s"] > 0 and resumed["rl_epochs"][1]["held_out_generation_s"] > 0
+    run = resumed
     recorded = subprocess.run([sys.executable, str(BENCHMARKS / "release_bench.py"), "--recipe", str(out), "--out",
                                str(tmp_path / "learning-cpu"), "--commit", "abc1234", "--hardware", "2-core CPU",
                                "--command", run["command"]], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -186,8 +192,9 @@ def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) 
     from cudal1.measured import read_result
 
     result = read_result(tmp_path / "learning-cpu")
-    assert result.commit == "abc1234" and result.figures["epochs"] == 1 and result.figures["held_out"] == 1
-    assert [r[0] for r in result.table("epochs").rows] == [-1, 0]  # before RL, then each epoch
+    assert result.commit == "abc1234" and result.figures["epochs"] == 2 and result.figures["held_out"] == 1
+    assert [r[0] for r in result.table("epochs").rows] == [-1, 0, 1]  # before RL, then each epoch
+    assert [r[0] for r in result.table("self_supervised").rows] == [0]
     assert (tmp_path / "learning-cpu" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "learning-cpu" / "epochs.csv").read_text().startswith("epoch,success_rate,")
 
