@@ -6,6 +6,7 @@ was measured, how much of the reference's eager call is its device work at all. 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -13,8 +14,9 @@ from typing import Any
 from cudal1.evaluator.config import EDGE
 
 
-def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) -> str:
-    """Why one row's speedup (vs eager) moved between two GPUs, from what the two rows recorded.
+def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, same_gpu: bool = False) -> str:
+    """Why one row's speedup (vs eager) moved between two GPUs, from what the two rows recorded; with
+    ``same_gpu``, between two runs on one GPU kind (two protocols), where no memory explains a move.
 
     >>> a = {"status": "ok", "vs_eager": 2.0, "vs_eager_low": 1.9, "vs_eager_high": 2.1, "reference_ms": 1.0,
     ...      "candidate_ms": 0.5, "flags": ""}
@@ -34,6 +36,12 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     >>> slow = dict(a, reference_ms=1.25, vs_eager=2.5, vs_eager_low=2.4, vs_eager_high=2.6)
     >>> print(explain_gap(a, slow, "H100", "H200"))
     the reference runs 1.25x slower on H200, the program 1.00x; the reference slower on H200, whose chip is H100's with faster memory: not the GPU's doing; the host's pace (the kinds ran on different machines), or noise
+
+    One kind under two protocols: what moved is the protocol's or the host's.
+
+    >>> moved = dict(a, reference_ms=0.7, vs_eager=1.4, vs_eager_low=1.35, vs_eager_high=1.45)
+    >>> print(explain_gap(a, moved, "H100 (c7efd958)", "H100 (5d2e0a11)", same_gpu=True))
+    the reference runs 1.43x faster on H100 (5d2e0a11), the program 1.00x; one GPU kind measured both: the reference's move (1.43x faster) is the protocol's change or the host's pace (the runs were made apart)
     """
     if a["status"] != b["status"]:
         def side(row: dict[str, Any], kind: str) -> str:
@@ -53,29 +61,22 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     cand = (a["candidate_ms"] or 0.0) / max(b["candidate_ms"] or 0.0, 1e-12)
     if ref and cand:
         notes.append(f"the reference runs {_pace(ref, 'faster')} on {kind_b}, the program {_pace(cand)}")
-        memory, ratio = _bandwidths(kind_a, kind_b)
         if frozenset((kind_a, kind_b)) in SAME_CHIP:
             slower = [who for who, gain in (("reference", ref), ("program", cand)) if gain < 1 / 1.15]
             if slower:  # nothing in the GPU makes it slower: the second kind is the first with faster memory
                 notes.append(f"the {' and the '.join(slower)} slower on {kind_b}, whose chip is {kind_a}'s with "
                              "faster memory: not the GPU's doing; the host's pace (the kinds ran on different "
                              "machines), or noise")
-        launches = _launches(a, b, kind_a, kind_b, ref)
+        launches = _launches(a, b, kind_a, kind_b, ref, APART[same_gpu])
         if launches:
             notes.append(launches)
-        for who, gain, other, ms in (("reference", ref, cand, a["reference_ms"]), ("program", cand, ref, a["candidate_ms"])):
-            if not (gain > 1.15 and gain > other * 1.15) or (who == "reference" and launches):
-                continue  # a reference whose device work was measured on both kinds needs no guess from memory
-            if ratio is not None and gain > ratio * 1.1:  # beyond what the faster memory can give
-                notes.append(f"the {who} gains more than {kind_b}'s memory{memory} can give ({ratio:.2f}x): the "
-                             f"rest is the host's, which paces the launches of its {ms:.3g} ms on {kind_a} (the "
-                             "kinds ran on different machines), or noise")
-            elif who == "reference":
-                notes.append(f"the reference gains more from {kind_b}'s memory{memory}: a memory-bound reference, "
-                             "the program's time set by something else")
-            else:
-                notes.append(f"the program gains more from {kind_b}'s memory{memory} than the reference: a "
-                             "memory-bound program beside a reference bound by compute or launches")
+        if same_gpu:  # no memory to weigh: the side that moved most, and what can move it
+            moves = sorted((abs(math.log(gain)), who, gain) for who, gain, other in (("reference", ref, cand),
+                           ("program", cand, ref)) if max(gain, 1 / gain) > 1.15 and max(gain / other, other / gain) > 1.15)
+            notes += [f"one GPU kind measured both: the {who}'s move ({_pace(gain, 'faster')}) is the protocol's "
+                      f"change or the host's pace ({APART[True]})" for _, who, gain in moves[-1:]]
+        else:
+            notes += _memory(a, kind_a, kind_b, ref, cand, bool(launches))
     for row, kind in ((a, kind_a), (b, kind_b)):
         low, high = row.get("reference_ms_min"), row.get("reference_ms_max")
         if low and high and high > low * 1.15:
@@ -90,7 +91,34 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str) 
     return "; ".join(notes) or "unexplained by what was recorded"
 
 
-def _launches(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, ref_gain: float) -> str:
+def _memory(a: dict[str, Any], kind_a: str, kind_b: str, ref: float, cand: float, launches: bool) -> list[str]:
+    """Between two kinds: a side that gained more than the other, weighed against the kinds' memories (a
+    reference whose device work was measured on both kinds, ``launches``, needs no guess from memory)."""
+    memory, ratio = _bandwidths(kind_a, kind_b)
+    notes = []
+    for who, gain, other, ms in (("reference", ref, cand, a["reference_ms"]), ("program", cand, ref, a["candidate_ms"])):
+        if not (gain > 1.15 and gain > other * 1.15) or (who == "reference" and launches):
+            continue
+        if ratio is not None and gain > ratio * 1.1:  # beyond what the faster memory can give
+            notes.append(f"the {who} gains more than {kind_b}'s memory{memory} can give ({ratio:.2f}x): the "
+                         f"rest is the host's, which paces the launches of its {ms:.3g} ms on {kind_a} (the "
+                         "kinds ran on different machines), or noise")
+        elif who == "reference":
+            notes.append(f"the reference gains more from {kind_b}'s memory{memory}: a memory-bound reference, "
+                         "the program's time set by something else")
+        else:
+            notes.append(f"the program gains more from {kind_b}'s memory{memory} than the reference: a "
+                         "memory-bound program beside a reference bound by compute or launches")
+    return notes
+
+
+# where the two rows were measured, as the reasons say it: two kinds are two hosts; one kind's two protocols
+# were measured at different times, perhaps on different hosts of that kind
+APART = {False: "the kinds ran on different machines", True: "the runs were made apart"}
+
+
+def _launches(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, ref_gain: float,
+              apart: str = APART[False]) -> str:
     """Where the CUDA-graph baseline was measured on both kinds (the reference's forward replayed as one
     graph: its device work, input copies included, without the host's launches) and the reference's eager
     time moved more than that work did: the rest of its move is in its launches, paced by the host. The
@@ -112,7 +140,7 @@ def _launches(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, re
         return ""
     return (f"its forward replayed as one CUDA graph (the cuda_graph baseline) took {ga:.3g} ms on {kind_a} and "
             f"{gb:.3g} ms on {kind_b} ({_pace(device)}), {ga / ra:.0%} and {gb / rb:.0%} of its eager call: the rest "
-            "of the reference's move is its launches, the host's pace (the kinds ran on different machines)")
+            f"of the reference's move is its launches, the host's pace ({apart})")
 
 
 def _share_of_failed_check(passed: dict[str, Any], reason: str) -> float | None:
@@ -156,9 +184,9 @@ def _bandwidths(kind_a: str, kind_b: str) -> tuple[str, float | None]:
 
 
 def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kind_a: str, kind_b: str,
-         limit: float = 0.25) -> list[dict[str, Any]]:
+         limit: float = 0.25, same_gpu: bool = False) -> list[dict[str, Any]]:
     """The rows whose speedup vs eager differs by more than ``limit`` (relative to the smaller) between two
-    GPUs, or whose verdict differs, each with a reason."""
+    GPUs (or, ``same_gpu``, two runs on one kind), or whose verdict differs, each with a reason."""
     by_id = {r["problem_id"]: r for r in rows_b}
     out = []
     for a in rows_a:
@@ -169,5 +197,5 @@ def gaps(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]], kin
         moved = (sa is not None and sb is not None and abs(sa - sb) / max(min(sa, sb), 1e-12) > limit)
         if moved or a["status"] != b["status"]:
             out.append({"problem_id": a["problem_id"], kind_a: sa, kind_b: sb,
-                        "reason": explain_gap(a, b, kind_a, kind_b)})
+                        "reason": explain_gap(a, b, kind_a, kind_b, same_gpu)})
     return out

@@ -29,6 +29,7 @@ from cudal1.candidates import Candidate
 from cudal1.config import CrossGpuParams, load_params
 from cudal1.cross_gpu import (
     PoolResult,
+    Reproduction,
     gather_pool,
     partial_evaluations,
     protocols_measured,
@@ -39,8 +40,10 @@ from cudal1.cross_gpu import (
 )
 from cudal1.cross_gpu_pool import MEASUREMENTS, pool_config, protocol_section, stage
 from cudal1.data_sources import DataFileError, declared_name, file_sha256
+from cudal1.evaluator.config import EvalConfig
+from cudal1.gpu_gaps import gaps
 from cudal1.problems import Problem, ReleasedKernel, load_cudal1_release
-from cudal1.reproduction import release_inputs, reported_aggregates
+from cudal1.reproduction import release_inputs, reported_aggregates, row_table
 
 DVC_FILE = "reproduction/dvc.yaml"
 INPUTS = "inputs.json"  # what a pool measures, written by prepare
@@ -167,6 +170,25 @@ def protocol_note(gathered: dict[str, Any]) -> str:
     return f" (measured under an earlier protocol, config hash {hashes.pop()})" if hashes else ""
 
 
+def protocol_moves(gathered: dict[str, Any], config: EvalConfig, problems: Sequence[Problem],
+                   candidates: Sequence[Candidate], rep: Reproduction) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """Per pool whose figures are the current protocol's and which also keeps a complete earlier one (the
+    table it replaces): the rows whose speedup moved by more than 25% between the two, or whose verdict
+    changed, each with the reason the two rows show. Labels are the pool's GPU kind and each config hash."""
+    current, moves = gathered["config_hash"], []
+    for p in gathered["pools"]:
+        if p["measured_under"] != current or p["pool"] not in rep.rows:
+            continue
+        folder, kind = Path(p["folder"]), p["gpu_kind"]
+        covered = protocols_measured(folder, candidates, kind)
+        earlier = [h for h, n in covered.items() if n == len(candidates) and h != current]
+        if earlier:  # the last complete one before the current: the table the current one replaces
+            old = row_table(problems, candidates, partial_evaluations(folder, config, candidates, kind, earlier[-1]))
+            a, b = f"{kind} ({earlier[-1][:8]})", f"{kind} ({current[:8]})"
+            moves.append((a, b, gaps(old, rep.rows[p["pool"]], a, b, same_gpu=True)))
+    return moves
+
+
 def report(params: CrossGpuParams, gathered: dict[str, Any]) -> dict[str, Path]:
     """The cross-GPU page, its CSV and JSON, and a per-row CSV per GPU kind, from the gathered pools."""
     spec = read_spec(Path(gathered["pools"][0]["folder"]))
@@ -179,7 +201,8 @@ def report(params: CrossGpuParams, gathered: dict[str, Any]) -> dict[str, Path]:
         results.append(PoolResult(p["pool"], p["gpu_kind"], p["status"], p["message"], tuple(evaluations)))
     rows = table_rows(results, problems, params.threshold, candidates)
     rep = reproduction(results, problems, candidates, params.threshold)
-    rep = replace(rep, stats=[*rep.stats, ("reported (release)", reported_aggregates(release, params.threshold))])
+    rep = replace(rep, stats=[*rep.stats, ("reported (release)", reported_aggregates(release, params.threshold))],
+                  moved=[*rep.moved, *protocol_moves(gathered, config, problems, candidates, rep)])
     title = f"Cross-GPU: {Path(spec['release']['path']).name}, {len(problems)} problems{protocol_note(gathered)}"
     return write_tables(rows, params.out_dir, title, params.threshold, rep, params.report_name, REPORT_COMMAND)
 

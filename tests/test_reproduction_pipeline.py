@@ -156,6 +156,40 @@ def test_gather_keeps_the_earlier_protocol_until_the_current_one_is_complete(tmp
     assert measure_command("gpu-h100") in pool["message"]
 
 
+@needs_release
+def test_a_pool_measured_again_says_why_rows_moved_against_the_table_it_replaces(tmp_path: Path) -> None:
+    """Once the current protocol has measured a whole pool beside the kept earlier one, the report lists the
+    rows whose speedup moved by more than 25% between the two, each with its reason, and no reason speaks of
+    a GPU's memory: one GPU kind measured both."""
+    from cudal1.config import load_params
+    from cudal1.reproduce import report
+    from cudal1.reproduction import is_baseline
+
+    folder = _pool_copy(tmp_path / "again", "gpu-h100", 10**6, keep_old=True)
+    current = read_spec(folder)["config_hash"]
+    _problems, candidates, _release = spec_inputs(read_spec(folder))
+    programs = {c.candidate_id for c in candidates if not is_baseline(c.origin)}
+    kept = load_evaluations(folder / "measurements.jsonl")
+    slowed = next(e.problem_id for e in kept if e.candidate_id in programs and e.ok and (e.speedup or 0) > 1.5)
+
+    def slower(e):  # that row's program, measured again at half its speed
+        if e.config_hash != current or e.problem_id != slowed or e.candidate_id not in programs or not e.ok:
+            return e
+        return replace(e, candidate_ms=e.candidate_ms * 2, speedup=e.speedup / 2, speedup_low=e.speedup_low / 2,
+                       speedup_high=e.speedup_high / 2)
+
+    save_evaluations([slower(e) for e in kept], folder / "measurements.jsonl")
+    gathered = gather([folder])
+    assert gathered["pools"][0]["measured_under"] == current
+    params = replace(load_params(ROOT / "reproduction.yaml", "cross_gpu"), out_dir=str(tmp_path / "report"))
+    page = report(params, gathered)["markdown"].read_text()
+    section = page.split(f"## Rows whose H100 (c7efd958) and H100 ({current[:8]}) speedups differ by more than 25%")
+    assert len(section) == 2, page[-2000:]
+    rows = [line for line in section[1].splitlines() if line.startswith(f"| {slowed} |")]
+    assert len(rows) == 1 and "the program's move (2.00x slower) is the protocol's change" in rows[0], rows
+    assert "memory" not in section[1] and "H200" not in section[1]
+
+
 @needs_release  # a copy of the repository and two dvc repro: about 6 s on two cores
 def test_dvc_repro_on_a_fresh_copy_writes_the_committed_report_again(tmp_path: Path) -> None:
     repo = fresh_copy(tmp_path)
