@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,25 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def _violations(tmp_path: Path, mode: str) -> dict:
-    (tmp_path / "reference.py").write_text(REFERENCE)
-    (tmp_path / "candidate.py").write_text(CANDIDATE)
-    env = {"PATH": "/usr/bin:/bin", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TORCHINDUCTOR_COMPILE_THREADS": "2", "HOME": str(tmp_path)}
+# Both tests read one inductor cache, warmed once: the warm-up graph is the same for both, and a cold
+# inductor compile of it takes seconds of CPU. Each candidate's graph is new to the cache whatever it holds.
+pytestmark = pytest.mark.xdist_group("compile-threads")
+
+
+@pytest.fixture(scope="module")
+def inductor_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("compile-threads")
+    env = {"PATH": "/usr/bin:/bin", "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
+           "TORCHINDUCTOR_COMPILE_THREADS": "2", "HOME": str(home)}
     # As in a pool, the worker's own warm-up graph is cached already (the builds and the fork server ran it)
     subprocess.run([sys.executable, "-c", "import torch; torch.compile(lambda x: x + 1)(torch.ones(1))"],
                    env=env, check=True, capture_output=True, timeout=300)
+    yield env
+
+
+def _violations(tmp_path: Path, env: dict[str, str], mode: str) -> dict:
+    (tmp_path / "reference.py").write_text(REFERENCE)
+    (tmp_path / "candidate.py").write_text(CANDIDATE)
     out = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "reference.py"), str(tmp_path / "candidate.py"),
                           mode, str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).resolve().parents[1], env=env)
@@ -65,13 +77,14 @@ def _violations(tmp_path: Path, mode: str) -> dict:
 
 
 @pytest.mark.slow  # a torch.compile in a fresh worker, about 40 s: `make test` runs it, the fast tier does not
-def test_a_fresh_compile_in_the_timed_worker_starts_no_thread(tmp_path: Path) -> None:
-    result = _violations(tmp_path, "new")
+def test_a_fresh_compile_in_the_timed_worker_starts_no_thread(tmp_path: Path, inductor_env: dict[str, str]) -> None:
+    result = _violations(tmp_path, inductor_env, "new")
     assert result["ok"] and result["changed"] == []
 
 
 @pytest.mark.slow  # a torch.compile in a fresh worker, about 40 s: `make test` runs it, the fast tier does not
-def test_without_the_setting_torch_starts_threads_that_would_be_blamed(tmp_path: Path) -> None:
+def test_without_the_setting_torch_starts_threads_that_would_be_blamed(tmp_path: Path,
+                                                                      inductor_env: dict[str, str]) -> None:
     """The check above can fail: with torch's defaults the same load changes the thread count."""
-    result = _violations(tmp_path, "old")
+    result = _violations(tmp_path, inductor_env, "old")
     assert any(c.startswith("python_threads") and "(new: " in c for c in result["changed"]), result

@@ -28,7 +28,9 @@ def test_resumed_rl_reuses_the_pool(problems, tmp_path):
     corpus = [PoolEntry(p.problem_id, "c0", "0" * 64, program, "template:no_grad", "ok", 1.0)]
     build_tiny_policy(tmp_path / "policy", tokenizer_texts([p], corpus), vocab_size=1024, hidden=128, layers=2)
     model, tok = load_policy(tmp_path / "policy")
-    rows = sft_examples({p.problem_id: p}, corpus, NO_EXEMPLARS, copies=8)
+    # Four copies fill one batch: each epoch is one step on the program (eight copies made two identical
+    # steps an epoch, twice the training for the same lesson).
+    rows = sft_examples({p.problem_id: p}, corpus, NO_EXEMPLARS, copies=4)
     assert rows[0]["completion"] == response_for(corpus[0], p.source, [], CandidatePool(corpus))
     model, _ = finetune(model, tok, rows, FinetuneSettings(epochs=80, learning_rate=3e-3, batch_size=4), tmp_path / "w")
 
