@@ -22,6 +22,7 @@ _RUN_DIR = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "torch_header: ext_root holds the run's precompiled torch header")
     if not hasattr(config, "workerinput"):  # the controller (or the only process): xdist workers inherit
         config.stash[_RUN_DIR] = servers.open_run_dir()
         workers = getattr(config.option, "numprocesses", None) or 0
@@ -69,9 +70,18 @@ def _reachable(prefix: str, mode: int) -> Iterator[Path]:
 
 
 @pytest.fixture
-def ext_root() -> Iterator[Path]:
-    """A build cache the workers can traverse (0711)."""
-    yield from _reachable("cudal1-test-ext-", 0o711)
+def ext_root(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A build cache the workers can traverse (0711). In a test marked ``torch_header`` it holds the run's
+    precompiled torch header (servers.header_root), as a GPU batch's parent leaves it, so that its builds
+    skip parsing torch's headers (about 20 s each) and run as on a GPU host: for tests of what a build does,
+    not of the header (tests/test_pch.py)."""
+    from cudal1.evaluator.toolchain import search_dir
+
+    header = search_dir(servers.header_root()) if request.node.get_closest_marker("torch_header") else None
+    for root in _reachable("cudal1-test-ext-", 0o711):
+        if header is not None and header.is_dir():  # not where the compiler is not GCC: builds parse it
+            shutil.copytree(header, search_dir(root), copy_function=os.link)  # the .gch linked, read-only
+        yield root
 
 
 @pytest.fixture

@@ -114,6 +114,20 @@ def prefect_server_url() -> str:
         return url
 
 
+def header_root() -> Path:
+    """An extensions root holding the precompiled torch header, compiled once for the whole run (about 40 s
+    of g++) by the first process that asks, as a batch's parent compiles it (cudal1.evaluator.toolchain)."""
+    from cudal1.evaluator.toolchain import prepare
+
+    folder = run_dir() / "ext-header"
+    with FileLock(str(run_dir() / "ext-header.lock")):
+        done = folder / "prepared"
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            done.write_text(prepare(folder))
+    return folder
+
+
 def _alive(pid: int) -> bool:
     """True while ``pid`` runs. An orphaned server that exited may linger as a zombie: that counts as gone."""
     try:

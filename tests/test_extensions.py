@@ -19,6 +19,8 @@ from cudal1.evaluator.extensions import FAILED, install
 from cudal1.evaluator.toolchain import first_on_path
 from cudal1.problems import Problem
 
+pytestmark = pytest.mark.torch_header  # builds here skip parsing torch's headers (tests/conftest.py)
+
 # Does not compile; the program falls back to PyTorch.
 FALLBACK = fallback_program("cudal1_test_fallback", """
 #include <torch/extension.h>
@@ -127,7 +129,6 @@ def test_a_cached_build_done_again_says_why(monkeypatch: pytest.MonkeyPatch, tmp
     (folder / "kernel.cu").write_text("// kernel")
     cpp.load_inline("other")  # nothing cached in its folder: built in the load
     assert log.rebuilt[3].startswith("other: built in") and "no module was cached" in log.rebuilt[3], log.rebuilt
-
 
 
 def test_a_damaged_ninja_deps_log_is_removed_before_the_build_so_it_builds_once(

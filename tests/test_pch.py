@@ -46,7 +46,10 @@ class ModelNew(nn.Module):
         return x * 2 + 1
 '''
 
+# torch's main.cpp for a program whose own C++ includes the header again, as many released programs do: with
+# the header loaded, GCC looked for the second include where it found the .gch, and the build failed
 MAIN = """#include <torch/extension.h>
+#include <torch/extension.h>
 torch::Tensor twice(torch::Tensor x) { return x * 2; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice, "twice"); }
 """
@@ -69,6 +72,8 @@ def test_the_header_is_compiled_once_per_compiler_and_torch(header_root: Path) -
     headers = list((search_dir(header_root) / f"{HEADER}.gch").iterdir())
     assert len(headers) == 1 and headers[0].suffix == ".gch" and headers[0].stat().st_mode & 0o777 == 0o444
     assert prepare(header_root) == f"present: {headers[0]}"  # a second batch finds it
+    beside = search_dir(header_root) / HEADER  # what a second include of the header opens: handed on
+    assert beside.read_text() == f"#include_next <{HEADER}>\n" and beside.stat().st_mode & 0o777 == 0o444
     assert not any((search_dir(header_root) / "tmp").iterdir())  # nothing half-written left behind
 
 

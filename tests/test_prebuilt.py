@@ -15,6 +15,8 @@ from cudal1.evaluator.builds import prebuilt
 from cudal1.evaluator.workers import extensions_folder
 from cudal1.problems import Problem
 
+pytestmark = pytest.mark.torch_header  # builds here skip parsing torch's headers (tests/conftest.py)
+
 # Its build fails at once and it falls back to PyTorch: a build that leaves its mark in the cache quickly.
 SOURCE = fallback_program("cudal1_prebuilt_twice", "this is not C++")
 
