@@ -370,12 +370,9 @@ def prepare(extensions_root: Path) -> str:
 
 
 def _beside(target: Path) -> None:
-    """The header file GCC looks for beside the ``.gch`` it loaded. A program whose own C++ includes
-    <torch/extension.h> again (torch's main.cpp already starts with it) made GCC open the header where it
-    found the ``.gch``, and with no file there the build failed ("fatal error: .../.pch/torch/extension.h:
-    No such file or directory"), so a GPU batch measured such programs' PyTorch fallbacks. The file hands
-    the include on to torch's own header, which its ``#pragma once`` then skips; objects stay byte for byte
-    those built without the header (tests/test_pch.py)."""
+    """The header GCC opens beside the ``.gch`` it loaded when a program's own C++ includes
+    <torch/extension.h> again (without it: "No such file or directory", and a GPU batch measured the
+    PyTorch fallback): it hands the include on to torch's header, which ``#pragma once`` then skips."""
     beside = target.with_suffix("")  # .../torch/extension.h
     if not beside.is_file():
         tmp = beside.with_name(f".{beside.name}.{os.getpid()}")
