@@ -70,13 +70,7 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, 
         launches = _launches(a, b, kind_a, kind_b, ref, APART[same_gpu])
         if launches:
             notes.append(launches)
-        if same_gpu:  # no memory to weigh: the side that moved most, and what can move it
-            moves = sorted((abs(math.log(gain)), who, gain) for who, gain, other in (("reference", ref, cand),
-                           ("program", cand, ref)) if max(gain, 1 / gain) > 1.15 and max(gain / other, other / gain) > 1.15)
-            notes += [f"one GPU kind measured both: the {who}'s move ({_pace(gain, 'faster')}) is the protocol's "
-                      f"change or the host's pace ({APART[True]})" for _, who, gain in moves[-1:]]
-        else:
-            notes += _memory(a, kind_a, kind_b, ref, cand, bool(launches))
+        notes += _one_kind(ref, cand) if same_gpu else _memory(a, kind_a, kind_b, ref, cand, bool(launches))
     for row, kind in ((a, kind_a), (b, kind_b)):
         low, high = row.get("reference_ms_min"), row.get("reference_ms_max")
         if low and high and high > low * 1.15:
@@ -89,6 +83,15 @@ def explain_gap(a: dict[str, Any], b: dict[str, Any], kind_a: str, kind_b: str, 
     if "noisy" in a["flags"] or "noisy" in b["flags"]:
         notes.append("flagged noisy on " + " and ".join(k for k, r in ((kind_a, a), (kind_b, b)) if "noisy" in r["flags"]))
     return "; ".join(notes) or "unexplained by what was recorded"
+
+
+def _one_kind(ref: float, cand: float) -> list[str]:
+    """One kind under two protocols, no memory to weigh: the side that moved most (by more than 15%, and 15%
+    more than the other), and what can move it."""
+    moved = [(abs(math.log(gain)), who, gain) for who, gain, other in (("reference", ref, cand), ("program", cand, ref))
+             if max(gain, 1 / gain) > 1.15 and max(gain / other, other / gain) > 1.15]
+    return [f"one GPU kind measured both: the {who}'s move ({_pace(gain, 'faster')}) is the protocol's change or "
+            f"the host's pace ({APART[True]})" for _, who, gain in sorted(moved)[-1:]]
 
 
 def _memory(a: dict[str, Any], kind_a: str, kind_b: str, ref: float, cand: float, launches: bool) -> list[str]:

@@ -142,20 +142,17 @@ class CandidatePool:
         correct candidates, so a prompt still contrasts two programs when it can). Ordered by speedup,
         slowest first, so the prompt reads as a progression."""
         ok = sorted(self.exemplars(problem_id), key=lambda e: e.sha256)  # a stable order for the rng
-        probs = bucket_probabilities(ok, width, temperature)
         members: dict[int, list[PoolEntry]] = defaultdict(list)
         for e in ok:
             members[bucket_of(e.speedup, width)].append(e)  # type: ignore[arg-type]
-        chosen: list[PoolEntry] = []
-        while probs and len(chosen) < n:
-            buckets, weights = zip(*probs.items(), strict=True)
+        left, chosen = ok, list[PoolEntry]()
+        while left and len(chosen) < n:
+            # each draw's probabilities from the buckets still left, not the first draw's less those taken:
+            # beside a bucket far ahead (a 528x release program among ~1x rewrites) the others' underflow to 0
+            buckets, weights = zip(*bucket_probabilities(left, width, temperature).items(), strict=True)
             b = rng.choices(buckets, weights=weights)[0]
             chosen.append(rng.choice(members[b]))
-            # the next draw's probabilities from the buckets left, not the first draw's minus b: beside a
-            # bucket far ahead (a release program at 528x among ~1x rewrites) the others' first-draw
-            # probabilities underflow to 0, and rng.choices refuses weights that sum to 0
-            probs = bucket_probabilities([e for k, m in members.items() if k in probs and k != b for e in m],
-                                         width, temperature)
+            left = [e for e in left if bucket_of(e.speedup, width) != b]  # type: ignore[arg-type]
         rest = [e for e in ok if e not in chosen]
         while rest and len(chosen) < n:
             chosen.append(rest.pop(rng.randrange(len(rest))))
