@@ -27,6 +27,7 @@ SHARED = ROOT.parent / "shared"
 RELEASE = SHARED / "cuda-l1" / "h100.jsonl"
 DVC_FILE = "reproduction/dvc.yaml"
 POOLS = ROOT / "reproduction" / "pools"
+EARLIER = "c7efd958dff6c398"  # the protocol both kept pools were measured under completely
 ENV = os.environ | {"DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 needs_release = pytest.mark.skipif(not RELEASE.is_file(), reason="../shared/cuda-l1/h100.jsonl is not here")
 
@@ -128,13 +129,15 @@ def test_a_release_other_than_the_prepared_one_is_refused(tmp_path: Path) -> Non
 
 
 def _pool_copy(tmp_path: Path, pool: str, rewrite: int, keep_old: bool) -> Path:
-    """A copy of a kept pool whose first ``rewrite`` measurements (in order) carry the current protocol's hash;
-    the earlier protocol's measurements kept beside them or not."""
+    """A copy of a kept pool's earlier-protocol table whose first ``rewrite`` measurements (in order) carry the
+    current protocol's hash; the earlier protocol's measurements kept beside them or not. (The pool's own
+    current-protocol measurements are left out: each case here says how much of the pool the current protocol
+    covers.)"""
     folder = tmp_path / pool
     folder.mkdir(parents=True)
     shutil.copyfile(POOLS / pool / "inputs.json", folder / "inputs.json")
     current = read_spec(folder)["config_hash"]
-    kept = load_evaluations(POOLS / pool / "measurements.jsonl")
+    kept = [e for e in load_evaluations(POOLS / pool / "measurements.jsonl") if e.config_hash == EARLIER]
     new = [replace(e, config_hash=current) for e in kept[:rewrite]]
     save_evaluations((kept if keep_old else []) + new, folder / "measurements.jsonl")
     return folder
@@ -147,9 +150,9 @@ def test_gather_keeps_the_earlier_protocol_until_the_current_one_is_complete(tmp
     gathered = gather([half, whole])
     current = gathered["config_hash"]
     (h100, h200) = gathered["pools"]
-    assert h100["measured_under"] == "c7efd958dff6c398" and h100["status"] == "completed"
+    assert h100["measured_under"] == EARLIER and h100["status"] == "completed"
     assert h200["measured_under"] == current and h200["status"] == "completed" and h200["evaluations"] == 840
-    assert protocol_note(gathered) == f" (config hashes: H100 c7efd958dff6c398, H200 {current}; the current protocol's is {current})"
+    assert protocol_note(gathered) == f" (config hashes: H100 {EARLIER}, H200 {current}; the current protocol's is {current})"
     started = _pool_copy(tmp_path / "started", "gpu-h100", 400, keep_old=False)
     (pool,) = gather([started])["pools"]
     assert pool["status"] == "partial" and pool["measured_under"] == current and pool["evaluations"] < 840
