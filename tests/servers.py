@@ -30,6 +30,11 @@ VENV_BIN = Path(sys.executable).parent
 # the write lock far longer than Prefect's 10 s default on a loaded 2-core machine.
 PREFECT_SERVER_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # The server's loops that no test relies on, each waking every 5-60 s (together ~2% of a core idle, more
+    # while flows run): no schedule is meant to create runs (tests start deployments with `deployment run`),
+    # no run is late, paused, cancelled or orphaned on purpose, and no automation reacts to events.
+    **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
+        "SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "REPOSSESSOR", "CANCELLATION_CLEANUP", "TRIGGERS")},
     "PREFECT_SERVER_DATABASE_TIMEOUT": "60",
     "PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT": "60",
 }
@@ -116,15 +121,19 @@ def prefect_server_url() -> str:
 
 def header_root() -> Path:
     """An extensions root holding the precompiled torch header, compiled once for the whole run (about 40 s
-    of g++) by the first process that asks, as a batch's parent compiles it (cudal1.evaluator.toolchain)."""
-    from cudal1.evaluator.toolchain import prepare
+    of g++) by the first process that asks, as a batch compiles it (cudal1.evaluator.builds.prebuild_header):
+    what that compile said is kept in its ``prepared`` file (tests/test_pch.py reads it)."""
+    from cudal1.evaluator import EvalConfig
+    from cudal1.evaluator.builds import prebuild_header
 
     folder = run_dir() / "ext-header"
     with FileLock(str(run_dir() / "ext-header.lock")):
         done = folder / "prepared"
         if not done.exists():
             folder.mkdir(exist_ok=True)
-            done.write_text(prepare(folder))
+            folder.chmod(0o711)  # sandboxed workers traverse it
+            message, _wall = prebuild_header(folder, EvalConfig())
+            done.write_text(message)
     return folder
 
 

@@ -60,7 +60,7 @@ def xg_repo(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -
     for pool in POOLS:
         log = (logs / f"{pool['name']}.log").open("w")
         workers.append((subprocess.Popen([prefect, "worker", "start", "--pool", pool["name"]], cwd=logs,
-                                         env=run_env | {"PREFECT_WORKER_QUERY_SECONDS": "1"},
+                                         env=run_env | {"PREFECT_WORKER_QUERY_SECONDS": "2"},
                                          stdout=log, stderr=subprocess.STDOUT), log))
     try:
         yield repo
