@@ -199,13 +199,18 @@ print(m.__name__, m.twice(21))
 
 @pytest.mark.slow
 def test_two_processes_share_the_build_of_a_name_made_from_the_process_id(tmp_path: Path) -> None:
-    """Real g++, two interpreters: the first builds once, the second loads that build (30.8 s, then 0.0 s
-    on the CPU machine) instead of compiling under its own process id."""
+    """Real g++, two interpreters: the first builds once, the second loads that build instead of compiling
+    under its own process id. The build finds the run's precompiled torch header, as a worker's does
+    (tests/conftest.py's torch_header mark): 30.8 s of g++ without it on the CPU machine."""
     import subprocess
     import sys
 
+    from cudal1.evaluator.toolchain import cpath
+    from tests import servers
+
     cache = tmp_path / "cache"
-    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+                        "CPATH": cpath(servers.header_root())}
     outputs, built = [], []
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", PID_NAMED, str(cache)], env=env, capture_output=True,
