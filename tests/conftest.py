@@ -75,13 +75,8 @@ def ext_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     precompiled torch header (servers.header_root), as a GPU batch's parent leaves it, so that its builds
     skip parsing torch's headers (about 20 s each) and run as on a GPU host: for tests of what a build does,
     not of the header (tests/test_pch.py)."""
-    from cudal1.evaluator.toolchain import search_dir
-
-    header = search_dir(servers.header_root()) if request.node.get_closest_marker("torch_header") else None
     for root in _reachable("cudal1-test-ext-", 0o711):
-        if header is not None and header.is_dir():  # not where the compiler is not GCC: builds parse it
-            shutil.copytree(header, search_dir(root), copy_function=os.link)  # the .gch linked, read-only
-        yield root
+        yield servers.link_header(root) if request.node.get_closest_marker("torch_header") else root
 
 
 @pytest.fixture

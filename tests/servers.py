@@ -137,6 +137,18 @@ def header_root() -> Path:
     return folder
 
 
+def link_header(root: Path) -> Path:
+    """Link the run's precompiled torch header (header_root) into the extensions root ``root``, as a GPU
+    batch's parent leaves it there, so that builds under ``root`` skip parsing torch's headers (about 20 s
+    each); nothing where the compiler is not GCC. The .gch is hard-linked, read-only. Returns ``root``."""
+    from cudal1.evaluator.toolchain import search_dir
+
+    header = search_dir(header_root())
+    if header.is_dir():
+        shutil.copytree(header, search_dir(root), copy_function=os.link)
+    return root
+
+
 def _alive(pid: int) -> bool:
     """True while ``pid`` runs. An orphaned server that exited may linger as a zombie: that counts as gone."""
     try:

@@ -63,8 +63,7 @@ def header_root() -> Iterator[Path]:
     assert message.startswith("compiled in "), message
     root = Path(tempfile.mkdtemp(prefix="cudal1-test-pch-"))
     root.chmod(0o711)
-    shutil.copytree(search_dir(compiled), search_dir(root), copy_function=os.link)  # the .gch linked, read-only
-    yield root
+    yield servers.link_header(root)
     shutil.rmtree(root, ignore_errors=True)
 
 
