@@ -8,8 +8,6 @@ flow and learning tests use; and the groups of tests that must share a worker (t
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,25 +60,18 @@ def prefect_server() -> str:
     return servers.prefect_server_url()
 
 
-def _reachable(prefix: str, mode: int) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(mode)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture
 def ext_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A build cache the workers can traverse (0711). In a test marked ``torch_header`` it holds the run's
     precompiled torch header (servers.header_root), as a GPU batch's parent leaves it, so that its builds
     skip parsing torch's headers (about 20 s each) and run as on a GPU host: for tests of what a build does,
     not of the header (tests/test_pch.py)."""
-    for root in _reachable("cudal1-test-ext-", 0o711):
+    for root in servers.reachable("cudal1-test-ext-"):
         yield servers.link_header(root) if request.node.get_closest_marker("torch_header") else root
 
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A folder every worker may write to (0777), for programs that keep state across loads."""
-    yield from _reachable("cudal1-test-shared-", 0o777)
+    yield from servers.reachable("cudal1-test-shared-", 0o777)
 

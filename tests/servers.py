@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -135,6 +136,15 @@ def header_root() -> Path:
             message, _wall = prebuild_header(folder, EvalConfig())
             done.write_text(message)
     return folder
+
+
+def reachable(prefix: str, mode: int = 0o711, parent: Path | None = None) -> Iterator[Path]:
+    """A fresh temporary folder with ``mode`` (0711: a sandboxed worker's uid may traverse it, as the
+    evaluator makes its own), removed afterwards: the body of a fixture (``yield from``)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    path.chmod(mode)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def link_header(root: Path) -> Path:

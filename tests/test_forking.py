@@ -16,17 +16,12 @@ from cudal1.evaluator import forking
 from cudal1.evaluator.process import WorkerProcess, WorkerSpec
 from cudal1.evaluator.sandbox import sandbox_available
 from cudal1.evaluator.workers import scratch_root
+from tests import servers
 
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:  # noqa: F811 - a directory a sandboxed uid may traverse, as the evaluator makes them
-    import shutil
-    import tempfile
-
-    root = Path(tempfile.mkdtemp(prefix="cudal1-forking-", dir=scratch_root()))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    yield from servers.reachable("cudal1-forking-", parent=scratch_root())
 
 
 def _status(pid: int) -> dict[str, str]:

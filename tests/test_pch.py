@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -61,10 +59,8 @@ def header_root() -> Iterator[Path]:
     compiled = servers.header_root()
     message = (compiled / "prepared").read_text()
     assert message.startswith("compiled in "), message
-    root = Path(tempfile.mkdtemp(prefix="cudal1-test-pch-"))
-    root.chmod(0o711)
-    yield servers.link_header(root)
-    shutil.rmtree(root, ignore_errors=True)
+    for root in servers.reachable("cudal1-test-pch-"):
+        yield servers.link_header(root)
 
 
 @pytest.mark.slow
