@@ -210,6 +210,16 @@ def _nothing_measured(params: CrossGpuParams, key: str) -> str:
             f"or {run_pools}. The report was left as it was")
 
 
+def _check_arguments(params: CrossGpuParams, pool: str, key: str) -> None:
+    """A --pool the params do not name, or a --key neither the storage nor cross_gpu.kept holds, stops here,
+    before a flow run and an MLflow run are started for nothing."""
+    if pool:
+        _pool(params, pool)
+    if key and not (Path(params.storage) / key).is_dir() and key not in _kept_keys(params):
+        raise ParamsError(f"--key {key}: no measurements under {os.path.relpath(Path(params.storage) / key)} nor "
+                          f"kept under {params.kept or '(cross_gpu.kept is not set)'}; {_kept_keys_line(params)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="params file (default: ./params.yaml)")
@@ -237,6 +247,7 @@ def main() -> None:
         print("\nerror: --pools needs a Prefect server: export PREFECT_API_URL=http://HOST:4200/api", file=sys.stderr)
         sys.exit(2)
     try:
+        _check_arguments(stage_params(args.params, "cross_gpu"), args.pool, args.key)
         cross_gpu_flow(params_path=args.params, mode=mode, pool=args.pool, key=args.key)
     except USER_ERRORS as exc:
         print(f"\nerror: {exc}", file=sys.stderr)

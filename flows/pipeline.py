@@ -13,6 +13,7 @@ values only, so a run whose overlay (or its absence) differs from the last run's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -222,9 +223,10 @@ def _up_to_date(repo: str, targets: list[str]) -> bool:
     from dvc.repo import Repo
 
     try:
-        with Repo(repo) as dvc_repo:
+        # DVC reads a target (a stage name, an output path) against the working directory: the repo's
+        with contextlib.chdir(repo), Repo(".") as dvc_repo:
             # with_deps: a target is stale when a stage it depends on is (`dvc repro` runs that one too)
-            return not dvc_repo.status(targets or [default_target(repo)], with_deps=True)
+            return not dvc_repo.status(targets or [default_target(".")], with_deps=True)
     except Exception:  # no dvc.lock yet, a broken dvc.yaml...: let the flow run and report it
         return False
 

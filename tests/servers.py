@@ -33,9 +33,13 @@ PREFECT_SERVER_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     # The server's loops that no test relies on, each waking every 5-60 s (together ~2% of a core idle, more
     # while flows run): no schedule is meant to create runs (tests start deployments with `deployment run`),
-    # no run is late, paused, cancelled or orphaned on purpose, and no automation reacts to events.
+    # no run is late, paused, cancelled or orphaned on purpose, and no automation reacts to events. No test
+    # reads task runs, events or logs back from the API either: the recorders of those are off, as is the UI
+    # (tests/flows/conftest.py's run_env keeps the flows from sending logs). About 15% of the server's CPU.
     **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
-        "SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "REPOSSESSOR", "CANCELLATION_CLEANUP", "TRIGGERS")},
+        "SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "REPOSSESSOR", "CANCELLATION_CLEANUP", "TRIGGERS",
+        "EVENT_PERSISTER", "TASK_RUN_RECORDER", "DB_VACUUM", "CLEANUP_RECONCILER", "EVENT_LOGGER")},
+    "PREFECT_UI_ENABLED": "false",
     "PREFECT_SERVER_DATABASE_TIMEOUT": "60",
     "PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT": "60",
 }

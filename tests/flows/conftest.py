@@ -41,6 +41,7 @@ def run_env(prefect_server: str, prefect_home: Path) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
         "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
         "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
+        "PREFECT_LOGGING_TO_API_ENABLED": "false",  # no test reads a run's logs from the API (tests/servers.py)
     }
 
 
