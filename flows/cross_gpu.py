@@ -177,8 +177,7 @@ def _one_protocol(params: CrossGpuParams, folder: Path, pools: list[PoolParams],
     """The config hash a kept key's pools measured under: one, or the key cannot be gathered as one table."""
     hashes = measured_hashes(folder, [p.name for p in pools])
     if not hashes:
-        raise ParamsError(f"--key {key}: no measurements under {os.path.relpath(folder)} nor kept under "
-                          f"{params.kept or '(cross_gpu.kept is not set)'}; {_kept_keys_line(params)}")
+        raise _no_measurements(params, folder, key)
     if len(hashes) != 1:
         raise ParamsError(f"--key {key}: its pools under {folder} hold measurements of {len(hashes)} protocols "
                           f"(config hashes: {', '.join(sorted(hashes))}); a table takes one")
@@ -216,8 +215,12 @@ def _check_arguments(params: CrossGpuParams, pool: str, key: str) -> None:
     if pool:
         _pool(params, pool)
     if key and not (Path(params.storage) / key).is_dir() and key not in _kept_keys(params):
-        raise ParamsError(f"--key {key}: no measurements under {os.path.relpath(Path(params.storage) / key)} nor "
-                          f"kept under {params.kept or '(cross_gpu.kept is not set)'}; {_kept_keys_line(params)}")
+        raise _no_measurements(params, Path(params.storage) / key, key)
+
+
+def _no_measurements(params: CrossGpuParams, folder: Path, key: str) -> ParamsError:
+    return ParamsError(f"--key {key}: no measurements under {os.path.relpath(folder)} nor kept under "
+                       f"{params.kept or '(cross_gpu.kept is not set)'}; {_kept_keys_line(params)}")
 
 
 def main() -> None:
