@@ -95,9 +95,9 @@ def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
     import networkx as nx
     from dvc.repo import Repo
 
-    with Repo(root) as repo, repo.lock:
+    with contextlib.chdir(root), Repo(".") as repo, repo.lock:  # targets are read in the repository (_up_to_date)
         graph = repo.index.graph
-        wanted = {s for t in (targets or [default_target(root)]) for s in repo.stage.collect(t, with_deps=True)}
+        wanted = {s for t in (targets or [default_target(".")]) for s in repo.stage.collect(t, with_deps=True)}
         changed = wanted if force else {s for s in wanted if s.changed()}
         names = set()
         for stage in changed:

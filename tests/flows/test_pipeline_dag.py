@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pipeline_helpers import edit_params, run, run_pipeline
 
-from flows.pipeline import _up_to_date
+from flows.pipeline import _up_to_date, stages_to_run_task
 
 pytestmark = pytest.mark.slow  # the fixture runs the whole reduced pipeline (about 2 minutes)
 
@@ -97,6 +97,11 @@ def test_a_target_is_stale_when_a_stage_it_depends_on_changed(pipeline_repo):
         edit_params(repo, {"augment": {"protocol": {"timing_trials": 9}}})
         assert not up_to_date("report")
         assert up_to_date("problems")  # upstream of the change: still up to date
+        # what the flow then runs: the changed stage and what follows it among the target's dependencies (the
+        # report reads the self-supervised rounds, whose policy learns from the corpus), read in the
+        # repository, not in this process's working directory (`--repo` from elsewhere)
+        assert stages_to_run_task.fn(str(repo), ["report"], False) == [
+            "augment", "evaluate", "policy", "report", "self_supervised", "sft"]
     finally:
         params.write_text(original)
     assert up_to_date("report")
