@@ -35,7 +35,7 @@ PREFECT_SERVER_ENV = {
     # while flows run): no schedule is meant to create runs (tests start deployments with `deployment run`),
     # no run is late, paused, cancelled or orphaned on purpose, and no automation reacts to events. No test
     # reads task runs, events or logs back from the API either: the recorders of those are off, as is the UI
-    # (tests/flows/conftest.py's run_env keeps the flows from sending logs). About 15% of the server's CPU.
+    # (tests/flows/conftest.py's run_env keeps the flows from sending logs): about a sixth of its CPU.
     **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in (
         "SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "REPOSSESSOR", "CANCELLATION_CLEANUP", "TRIGGERS",
         "EVENT_PERSISTER", "TASK_RUN_RECORDER", "DB_VACUUM", "CLEANUP_RECONCILER", "EVENT_LOGGER")},
