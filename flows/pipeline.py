@@ -21,7 +21,9 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -88,14 +90,23 @@ def default_target(root: str | Path) -> str:
     return str(Path(root).resolve() / "dvc.yaml")
 
 
+@contextlib.contextmanager
+def _dvc_repo(root: str) -> Iterator[Any]:
+    """The DVC repository at ``root``, opened from inside it: DVC reads a target (a stage name, an output
+    path) against the working directory, so a `--repo` given from elsewhere would name nothing."""
+    from dvc.repo import Repo
+
+    with contextlib.chdir(root), Repo(".") as repo:
+        yield repo
+
+
 @task(cache_policy=NO_CACHE)
 def stages_to_run_task(root: str, targets: list[str], force: bool) -> list[str]:
     """Stages whose code, params or data changed (`dvc status`), plus everything downstream of them,
     which re-runs as soon as their inputs change. With ``force``: every stage of the targets."""
     import networkx as nx
-    from dvc.repo import Repo
 
-    with contextlib.chdir(root), Repo(".") as repo, repo.lock:  # targets are read in the repository (_up_to_date)
+    with _dvc_repo(root) as repo, repo.lock:
         graph = repo.index.graph
         wanted = {s for t in (targets or [default_target(".")]) for s in repo.stage.collect(t, with_deps=True)}
         changed = wanted if force else {s for s in wanted if s.changed()}
@@ -220,11 +231,8 @@ def pipeline_flow(repo: str = ".", targets: list[str] | None = None, force: bool
 
 
 def _up_to_date(repo: str, targets: list[str]) -> bool:
-    from dvc.repo import Repo
-
     try:
-        # DVC reads a target (a stage name, an output path) against the working directory: the repo's
-        with contextlib.chdir(repo), Repo(".") as dvc_repo:
+        with _dvc_repo(repo) as dvc_repo:
             # with_deps: a target is stale when a stage it depends on is (`dvc repro` runs that one too)
             return not dvc_repo.status(targets or [default_target(".")], with_deps=True)
     except Exception:  # no dvc.lock yet, a broken dvc.yaml...: let the flow run and report it
