@@ -192,3 +192,24 @@ def test_a_server_whose_parent_dies_with_answers_unread_ends_quietly() -> None:
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "Traceback" not in err, err
+
+
+def test_a_torch_compile_programs_worker_asks_its_server_for_the_warm_imports(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine of a few cores the server makes them only for such a worker (zygote.py, ``--warm asked``)."""
+    from ext_helpers import FAST, fixture_problem
+
+    from cudal1.candidates import Candidate
+    from cudal1.evaluator.workers import prepare_candidate_worker
+
+    asked: list[bool] = []
+    fork = forking.fork_worker
+    monkeypatch.setattr("cudal1.evaluator.process.fork_worker",
+                        lambda *args, **kw: asked.append(args[8]) or fork(*args, **kw))
+    problem = fixture_problem("scale_shift")
+    plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    compiled = plain.replace("return x", "return torch.compile(lambda y: y)(x)")
+    for source in (plain, compiled):
+        with prepare_candidate_worker(problem, Candidate("p", source), FAST, tmp_path) as worker:
+            worker.wait_ready(120)
+    assert asked == [False, True]

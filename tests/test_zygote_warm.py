@@ -1,5 +1,6 @@
 """The fork server forks the first workers a batch asks for before its warm imports (torch.compile's
-machinery, which only compiling programs use), and makes those imports at its first pause."""
+machinery, which only compiling programs use), and makes those imports at its first pause (a GPU's host),
+or on a machine of a few cores just before the first torch.compile program's worker."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 PAUSE_S = 15 * zygote.IDLE_BEFORE_WARM_S
 
 
-def _ask(sock: socket.socket, rid: int, log_fd: int, cwd: Path) -> dict[str, Any]:
+def _ask(sock: socket.socket, rid: int, log_fd: int, cwd: Path, compiles: bool = False) -> dict[str, Any]:
     # a worker that exits at once: worker_main rejects the option (argparse, exit code 2)
     request = {"id": rid, "argv": ["--no-such-option"], "cwd": str(cwd), "env": {"PATH": os.environ["PATH"]},
-               "uid": None}
+               "uid": None, "compile": compiles}
     socket.send_fds(sock, [json.dumps(request).encode()], [log_fd])
     return _until(sock, lambda a: a.get("id") == rid)
 
@@ -74,9 +75,16 @@ def test_first_worker_is_forked_before_the_warm_imports_and_later_ones_after(tmp
     assert "worker_main: error" in (tmp_path / "workers.log").read_text()  # the workers ran, and said why they ended
 
 
-def test_a_server_told_to_warm_at_its_start_forks_every_worker_warm(tmp_path: Path) -> None:
-    with _serving(tmp_path, _zygote("start")) as (parent, log):  # few cores: nothing imports beside a CPU's timing
-        assert _ask(parent, 0, log, tmp_path)["warm"] is True
+def test_on_few_cores_the_warm_imports_wait_for_the_first_torch_compile_program(tmp_path: Path) -> None:
+    """A pause is no reason there (a CPU device may be timing on the cores); a batch without a torch.compile
+    program never pays for the imports, and the first such program's worker is forked after them."""
+    with _serving(tmp_path, _zygote("asked")) as (parent, log):
+        assert _ask(parent, 0, log, tmp_path)["warm"] is False
+        time.sleep(PAUSE_S)
+        assert _ask(parent, 1, log, tmp_path)["warm"] is False
+        compiling = _ask(parent, 2, log, tmp_path, compiles=True)
+        assert compiling["pid"] and compiling["warm"] is True
+        assert _ask(parent, 3, log, tmp_path)["warm"] is True  # every later worker too
 
 
 def test_warm_imports_that_leave_the_server_unsafe_send_later_workers_to_a_fresh_start(tmp_path: Path) -> None:

@@ -38,8 +38,9 @@ class ForkServer:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Where there are cores no device times on (a GPU's host), the server forks the first workers
         # before its warm imports and makes them there at its first pause; on a machine of a few cores
-        # they would share the cores a CPU device times on, so they come at its start, before any timing.
-        when = "idle" if spare_cores() is not None else "start"
+        # they would share the cores a CPU device times on, so they come only for a worker that needs
+        # them (a torch.compile program's), which would otherwise make them itself at the same moment.
+        when = "idle" if spare_cores() is not None else "asked"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cudal1.evaluator.zygote", "--sock-fd", str(child.fileno()), "--warm", when],
             stdin=subprocess.DEVNULL, env=env, pass_fds=[child.fileno()], start_new_session=True)
@@ -147,17 +148,19 @@ def start_fork_server(start_env: dict[str, str]) -> None:
 
 
 def fork_worker(start_env: dict[str, str], env: dict[str, str], argv: list[str], cwd: str, uid: int | None,
-                fds: list[int], nice: int = 0, groups: list[int] | None = None) -> ForkedProcess | None:
+                fds: list[int], nice: int = 0, groups: list[int] | None = None,
+                compiles: bool = False) -> ForkedProcess | None:
     """Fork a worker from the server of ``start_env``: ``fds`` = [log, then the descriptors ``argv``
     names as {0}, {1}, ...]; ``env`` is the worker's whole environment; with ``uid``, ``groups`` are its
-    only groups besides its own (sandbox.py), and it makes files group-writable. None: start it
-    another way."""
+    only groups besides its own (sandbox.py), and it makes files group-writable; ``compiles``: a
+    torch.compile program's worker (zygote.py's ``--warm asked``). None: start it another way."""
     if not enabled():
         return None
     server = _server(start_env)
     if server is None:
         return None
-    pid = server.fork({"argv": argv, "cwd": cwd, "env": env, "uid": uid, "nice": nice, "groups": groups or []}, fds)
+    pid = server.fork({"argv": argv, "cwd": cwd, "env": env, "uid": uid, "nice": nice, "groups": groups or [],
+                       "compile": compiles}, fds)
     if pid is None:
         return None
     return ForkedProcess(server, pid)

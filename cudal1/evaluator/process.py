@@ -108,6 +108,7 @@ class WorkerSpec:
     nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
     core: int | None = None  # CPU device: the core a problem's timed workers share (workers.cpu_core_for)
     warm_compile: bool = False  # torch.compile's own start (Inductor's imports, a stand-in compile) at start
+    compiles: bool = False  # a torch.compile program's worker: its fork server's warm imports are made for it
     cores: tuple[int, ...] = ()  # a build worker's cores on a GPU's host: those no device times on
 
 
@@ -217,7 +218,7 @@ class WorkerProcess:
         # a forked worker's descriptors, numbered there
         fd_options = ["--cmd-fd", "{0}", "--reply-fd", "{1}", *(["--fd-sock", "{2}"] if len(pass_fds) > 2 else [])]
         forked = fork_worker(_server_env(env), env, [*fd_options, *options], str(self.workdir), self.uid,
-                             [self._log.fileno(), *pass_fds], self.spec.nice, self.groups)
+                             [self._log.fileno(), *pass_fds], self.spec.nice, self.groups, self.spec.compiles)
         if forked is not None:
             return forked
         argv = [sys.executable, "-m", "cudal1.evaluator.worker_main", *(o.format(*pass_fds) for o in fd_options),

@@ -10,16 +10,18 @@ session, stdin /dev/null, stdout and stderr to its log, only the descriptors it 
 directory, its environment and (as root) a fresh uid whose only other group is its candidate's build
 folder's (:mod:`cudal1.evaluator.sandbox`), set before any of its code runs.
 
-Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups) with
-the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
+Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups, and
+``compile`` for a torch.compile program's worker) with the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
 cannot fork; warm: whether the fork came after the warm imports), and ``{"exit": pid, "code"}``
 when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
 exits when the parent's end closes.
 
-Imports torch and the standard library only, and torch.compile's machinery (``_WARM``): at its start
-(``--warm start``), or on a GPU's host (``--warm idle``, the parent's choice) once the parent has been
-quiet for a moment and on the cores no device times on, so the first workers a batch asks for do not
-wait for imports that only torch.compile programs use.
+Imports torch and the standard library only, and torch.compile's machinery (``_WARM``), which only
+torch.compile programs use: on a GPU's host (``--warm idle``, the parent's choice) once the parent has been
+quiet for a moment and on the cores no device times on, so the first workers a batch asks for do not wait
+for them; on a machine of a few cores (``--warm asked``) just before it forks the first torch.compile
+program's worker, which would otherwise make them itself, so a batch without such a program never pays
+for them (about 1.4 CPU-s a server on a 2-core CPU machine).
 """
 
 from __future__ import annotations
@@ -213,9 +215,9 @@ def _reap(sock: socket.socket) -> bool:
 
 
 def warm_aside() -> str | None:
-    """The warm imports, at the server's start or in a pause of a serving server: on the spare cores (a
-    device may be timing on its own core by then), the server's cores as before afterwards, for the
-    children it forks next. Returns why it can no longer fork (:func:`fork_unsafe`), or None."""
+    """The warm imports, in a pause of a serving server or before a torch.compile program's worker: on the
+    spare cores where there are some (a device may be timing on its own core by then), the server's cores
+    as before afterwards, for the children it forks next. Returns why it can no longer fork (:func:`fork_unsafe`), or None."""
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     # Counted just before: a thread of torch's own start that ended since would hide one they started.
     before = threads()
@@ -225,24 +227,33 @@ def warm_aside() -> str | None:
     return fork_unsafe(before)
 
 
-def serve(sock: socket.socket, warmed: bool = True) -> None:
-    """Fork a worker for each request until the parent closes its end. Not yet ``warmed``: the warm
-    imports come at the first pause after the first request (a server started ahead of its batch would
-    otherwise make them before the batch's first workers); if they leave the server unable to fork
-    safely (a torch that starts threads or probes CUDA on import), each later request is answered with
-    no pid and the parent starts that worker afresh."""
+def _warm_or_say() -> str | None:
+    """:func:`warm_aside`, saying on stderr when the server can no longer fork after it."""
+    unsafe = warm_aside()
+    if unsafe:
+        print(f"cudal1.evaluator.zygote: cannot fork workers after the warm imports: {unsafe}", file=sys.stderr)
+    return unsafe
+
+
+def serve(sock: socket.socket, when: str = "idle") -> None:
+    """Fork a worker for each request until the parent closes its end. The warm imports come at the first
+    pause after the first request (``when="idle"``; a server started ahead of its batch would otherwise
+    make them before the batch's first workers), or before forking the first request marked ``compile``
+    (``when="asked"``); if they leave the server unable to fork safely (a torch that starts threads or
+    probes CUDA on import), each later request is answered with no pid and the parent starts that worker
+    afresh."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup descriptor is written
     unsafe = None
+    warmed = False
     served = False  # a server started ahead of its first request (process.prestart_fork_server) waits for it
+    pause = IDLE_BEFORE_WARM_S if when == "idle" else None
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [], None if warmed or not served else IDLE_BEFORE_WARM_S)
+        ready, _, _ = select.select([sock, wake_r], [], [], None if warmed or not served else pause)
         if not ready:  # a pause before anything was asked: the warm imports now
-            warmed, unsafe = True, warm_aside()
-            if unsafe:
-                print(f"cudal1.evaluator.zygote: cannot fork workers after the warm imports: {unsafe}", file=sys.stderr)
+            warmed, unsafe = True, _warm_or_say()
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
@@ -258,6 +269,8 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
             return  # the parent closed its end
         request = json.loads(message)
         served = True
+        if when == "asked" and request.get("compile") and not warmed:
+            warmed, unsafe = True, _warm_or_say()
         pid = None if unsafe else os.fork()
         if pid == 0:
             sock.close()
@@ -273,15 +286,16 @@ def serve(sock: socket.socket, warmed: bool = True) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sock-fd", type=int, required=True)
-    parser.add_argument("--warm", choices=("start", "idle"), default="start",
-                        help="make the warm imports before serving, or at the first pause")
+    parser.add_argument("--warm", choices=("idle", "asked"), default="asked",
+                        help="make the warm imports at the first pause, or before the first torch.compile "
+                             "program's worker")
     args = parser.parse_args()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    unsafe = warm_aside() if args.warm == "start" else fork_unsafe(threads())
+    unsafe = fork_unsafe(threads())
     if unsafe:  # the parent then starts each worker afresh
         sys.exit(f"cudal1.evaluator.zygote: cannot fork workers: {unsafe}")
-    serve(socket.socket(fileno=args.sock_fd), warmed=args.warm == "start")
+    serve(socket.socket(fileno=args.sock_fd), args.warm)
     os._exit(0)
 
 
