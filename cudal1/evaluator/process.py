@@ -38,8 +38,7 @@ SETTLE_S = 0.010
 # Only these reach a worker: no API keys, no tracking URIs, nothing a candidate could exfiltrate or use.
 _ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS",
-             # bytecode the parent compiled; read only to a worker (it writes none, and a sandboxed uid cannot)
-             "PYTHONPYCACHEPREFIX")
+             "PYTHONPYCACHEPREFIX")  # bytecode the parent compiled; read only to a worker (which writes none)
 
 
 # A worker's own environment, set after the fork; everything else is fixed when the fork server starts.
@@ -108,7 +107,7 @@ class WorkerSpec:
     nice: int = 0  # CPU priority; build workers run at 19 so compiles never starve the timing path
     core: int | None = None  # CPU device: the core a problem's timed workers share (workers.cpu_core_for)
     warm_compile: bool = False  # torch.compile's own start (Inductor's imports, a stand-in compile) at start
-    compiles: bool = False  # a torch.compile program's worker: its fork server's warm imports are made for it
+    compiles: bool = False  # a torch.compile program's: its fork server makes its warm imports first (zygote)
     cores: tuple[int, ...] = ()  # a build worker's cores on a GPU's host: those no device times on
 
 
