@@ -11,9 +11,9 @@ directory, its environment and (as root) a fresh uid whose only other group is i
 folder's (:mod:`cudal1.evaluator.sandbox`), set before any of its code runs.
 
 Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups, and
-``compile`` for a torch.compile program's worker) with the worker's descriptors attached; the server answers ``{"id", "pid", "warm"}`` (pid null where it
-cannot fork; warm: whether the fork came after the warm imports), and ``{"exit": pid, "code"}``
-when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
+``compile``: a torch.compile program's worker) with the worker's descriptors attached; the server answers
+``{"id", "pid", "warm"}`` (pid null where it cannot fork; warm: whether the fork came after the warm
+imports), and ``{"exit": pid, "code"}`` when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
 exits when the parent's end closes.
 
 Imports torch and the standard library only, and torch.compile's machinery (``_WARM``), which only
@@ -217,7 +217,8 @@ def _reap(sock: socket.socket) -> bool:
 def warm_aside() -> str | None:
     """The warm imports, in a pause of a serving server or before a torch.compile program's worker: on the
     spare cores where there are some (a device may be timing on its own core by then), the server's cores
-    as before afterwards, for the children it forks next. Returns why it can no longer fork (:func:`fork_unsafe`), or None."""
+    as before afterwards, for the children it forks next. Returns why it can no longer fork
+    (:func:`fork_unsafe`), or None."""
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     # Counted just before: a thread of torch's own start that ended since would hide one they started.
     before = threads()
