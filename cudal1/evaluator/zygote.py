@@ -13,8 +13,8 @@ folder's (:mod:`cudal1.evaluator.sandbox`), set before any of its code runs.
 Protocol, over a SOCK_SEQPACKET pair: the parent sends a JSON request (id, argv, cwd, env, uid, groups, and
 ``compile``: a torch.compile program's worker) with the worker's descriptors attached; the server answers
 ``{"id", "pid", "warm"}`` (pid null where it cannot fork; warm: whether the fork came after the warm
-imports), and ``{"exit": pid, "code"}`` when it reaps a child (the parent is not the child's parent and cannot wait for it itself). The server
-exits when the parent's end closes.
+imports), and ``{"exit": pid, "code"}`` when it reaps a child (the parent is not the child's parent and
+cannot wait for it itself). The server exits when the parent's end closes.
 
 Imports torch and the standard library only, and torch.compile's machinery (``_WARM``), which only
 torch.compile programs use: on a GPU's host (``--warm idle``, the parent's choice) once the parent has been
