@@ -6,8 +6,8 @@
 #   POOL=gpu-h100 [RELEASE=carry/h100.jsonl] [LIMIT_S=540] [DEVICES=cuda:0] [AHEAD=3] bash benchmarks/reproduction_pool.sh
 #
 # Measures until the pool is complete or LIMIT_S passes, appending to reproduction/pools/$POOL/measurements.jsonl
-# (the next call resumes from it), then copies that file (and other-hardware.jsonl, where the runner set
-# measurements aside) to $OUT. Put them back into reproduction/pools/$POOL/ here and run
+# (the next call resumes from it), then copies that file (with measurements-earlier.jsonl, where an earlier
+# protocol's measurements went, and other-hardware.jsonl, where the runner set measurements aside) to $OUT. Put them back into reproduction/pools/$POOL/ here and run
 # `dvc repro reproduction/dvc.yaml`: the frozen stage takes the new measurements as its output and the report
 # follows. DRY_RUN=1 prints the stage's command and runs nothing.
 set -uo pipefail
@@ -34,7 +34,7 @@ start=$(date +%s)
 timeout "${LIMIT_S:-540}" "${runner[@]}" > "$OUT/pool.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s; measurements $before -> $(count)" | tee -a "$OUT/pool.log"
 pkill -9 -f 'cudal1[.]evaluator[.]worker'  # a pattern that cannot match the calling shell
-for f in measurements.jsonl other-hardware.jsonl; do
+for f in measurements.jsonl measurements-earlier.jsonl other-hardware.jsonl; do
   [ -f "$folder/$f" ] && cp "$folder/$f" "$OUT/$f"
 done
 tail -n 5 "$OUT/pool.log"

@@ -9,7 +9,7 @@ repository root:
 ``prepare`` fixes what each pool measures (``<pool>/inputs.json``: its GPU kind and devices, the release by
 name and sha256, the baseline columns, the protocol and the inputs' key). ``measure`` evaluates that on a GPU
 of the pool's kind, appending every evaluation to ``<pool>/measurements.jsonl``, which the repository keeps
-(a stopped run resumes from it). ``gather`` decides which protocol's measurements each pool's figures come
+(a stopped run resumes from it; an earlier protocol's measurements go to ``measurements-earlier.jsonl``). ``gather`` decides which protocol's measurements each pool's figures come
 from and whether the pool is complete (``gathered.json``). ``report`` writes the page, its CSV and JSON and
 one per-row CSV per GPU kind. Torch and this package only: a GPU host needs no DVC to run ``measure``.
 """
@@ -47,6 +47,9 @@ from cudal1.reproduction import release_inputs, reported_aggregates, row_table
 
 DVC_FILE = "reproduction/dvc.yaml"
 INPUTS = "inputs.json"  # what a pool measures, written by prepare
+# Earlier protocols' measurements, set aside by measure; gather and report still read them (the protocol a pool's
+# figures come from until the current one is complete, and the rows that moved between the two)
+EARLIER = "measurements-earlier.jsonl"
 REPORT_COMMAND = f"dvc repro {DVC_FILE}"
 
 
@@ -102,14 +105,42 @@ def spec_inputs(spec: dict[str, Any], release_path: str | Path | None = None
     return problems, candidates, release
 
 
+def set_earlier_aside(pool_dir: Path, config_hash: str) -> int:
+    """Move the measurements of protocols other than ``config_hash`` from ``<pool>/measurements.jsonl`` to the
+    end of ``<pool>/measurements-earlier.jsonl``, each line as it was, so that the file the runner appends to
+    holds the current protocol's alone (cross_gpu reads every ``measurements*.jsonl`` of a pool; one file
+    holding every protocol's rows passed 2 MB). A line that does not parse (a run killed mid-write) stays. Returns how
+    many moved. Stopped between its two writes, it leaves copies of the moved rows in both files: the same
+    evaluations, counted once."""
+    kept = pool_dir / MEASUREMENTS
+    if not kept.is_file():
+        return 0
+    current, earlier = [], []
+    for line in kept.read_text().splitlines(keepends=True):
+        try:
+            other = json.loads(line).get("config_hash") != config_hash
+        except json.JSONDecodeError:
+            other = False
+        (earlier if other else current).append(line)
+    if earlier:
+        with (pool_dir / EARLIER).open("a") as out:
+            out.write("".join(earlier))
+        scratch = kept.with_name(f"{kept.name}.tmp")
+        scratch.write_text("".join(current))
+        scratch.replace(kept)
+    return len(earlier)
+
+
 def measure(pool_dir: Path, devices: Sequence[str] = (), release_path: str | None = None,
             ahead: int | None = None) -> None:
     """Stage the pool's inputs for the pool runner (``<storage>/<key>``, the cross-GPU flow's layout) and run it,
-    appending to the measurements kept in ``pool_dir``."""
+    appending to the measurements kept in ``pool_dir`` (those of an earlier protocol set aside first)."""
     from cudal1.cross_gpu_pool import main as run_pool_main
 
     spec = read_spec(pool_dir)
     problems, candidates, _ = spec_inputs(spec, release_path)
+    if moved := set_earlier_aside(pool_dir, spec["config_hash"]):
+        print(f"{pool_dir / MEASUREMENTS}: {moved} measurements of earlier protocols moved to {pool_dir / EARLIER}")
     scratch = Path(spec["storage"]) / spec["key"]
     stage(scratch, problems, candidates, pool_config(spec), [(spec["pool"], spec["gpu_kind"], spec["devices"])])
     run_pool_main([str(scratch / spec["pool"]), "--measurements", str(pool_dir / MEASUREMENTS),

@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from cudal1.candidates import load_evaluations, save_evaluations
+from cudal1.cross_gpu_pool import MEASUREMENTS
 from cudal1.data_sources import DataFileError
-from cudal1.reproduce import gather, measure_command, protocol_note, read_spec, spec_inputs
+from cudal1.reproduce import EARLIER as EARLIER_FILE
+from cudal1.reproduce import gather, measure_command, protocol_note, read_spec, set_earlier_aside, spec_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -72,7 +74,8 @@ def test_every_output_is_kept_by_git_and_the_measuring_stages_are_frozen() -> No
         if name.startswith("measure-"):
             pool = name.removeprefix("measure-")
             assert stage["frozen"] is True and stage["cmd"] == f"python -m cudal1.reproduce measure reproduction/pools/{pool}"
-            assert stage["outs"] == [{f"reproduction/pools/{pool}/measurements.jsonl": {"cache": False, "persist": True}}]
+            assert stage["outs"] == [{f"reproduction/pools/{pool}/{name}": {"cache": False, "persist": True}}
+                                     for name in (EARLIER_FILE, MEASUREMENTS)]
             assert stage["deps"] == [f"reproduction/pools/{pool}/inputs.json"]
             assert measure_command(pool) == f"dvc unfreeze {DVC_FILE}:{name} && dvc repro --force {DVC_FILE}:{name}"
     assert {"prepare", "measure-gpu-h100", "measure-gpu-h200", "gather", "report"} <= set(stages())
@@ -137,7 +140,7 @@ def _pool_copy(tmp_path: Path, pool: str, rewrite: int, keep_old: bool) -> Path:
     folder.mkdir(parents=True)
     shutil.copyfile(POOLS / pool / "inputs.json", folder / "inputs.json")
     current = read_spec(folder)["config_hash"]
-    kept = [e for e in load_evaluations(POOLS / pool / "measurements.jsonl") if e.config_hash == EARLIER]
+    kept = [e for e in load_evaluations(POOLS / pool / EARLIER_FILE) if e.config_hash == EARLIER]
     new = [replace(e, config_hash=current) for e in kept[:rewrite]]
     save_evaluations((kept if keep_old else []) + new, folder / "measurements.jsonl")
     return folder
@@ -269,10 +272,27 @@ def test_a_measuring_stage_appends_to_the_kept_measurements_and_resumes(tmp_path
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     kept = pool / "measurements.jsonl"
     assert len(load_evaluations(kept)) == len(candidates) == 4
-    save_evaluations(load_evaluations(kept)[:1], kept)  # the host went away after one evaluation
+    first_rows = load_evaluations(kept)
+    # the host went away after one evaluation; an earlier protocol had measured the pool before
+    save_evaluations([replace(e, config_hash="0123456789abcdef") for e in first_rows] + first_rows[:1], kept)
+    old_lines = kept.read_text().splitlines(keepends=True)[:4]
     second = _measure(str(pool), "--ahead", "1")
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert len([line for line in second.stdout.splitlines() if line.startswith("[")]) == 3  # only the rest
+    assert f"4 measurements of earlier protocols moved to {pool / EARLIER_FILE}" in second.stdout
+    assert (pool / EARLIER_FILE).read_text() == "".join(old_lines)  # as they were, set aside
+    assert {e.config_hash for e in load_evaluations(kept)} == {config.hash} and len(load_evaluations(kept)) == 4
+    assert set_earlier_aside(pool, config.hash) == 0  # nothing left to move
     (gathered,) = gather([pool])["pools"]
     assert gathered["status"] == "completed" and gathered["measured_under"] == config.hash
     assert gathered["evaluations"] == 4 and gathered["message"] == ""
+
+
+def test_setting_earlier_measurements_aside_keeps_the_current_ones_and_a_half_written_line(tmp_path: Path) -> None:
+    rows = [json.dumps({"config_hash": h, "n": i}) + "\n" for i, h in enumerate(["old", "new", "old", "new"])]
+    (tmp_path / MEASUREMENTS).write_text("".join(rows) + '{"config_hash": "ne')  # killed mid-write
+    (tmp_path / EARLIER_FILE).write_text("kept before\n")
+    assert set_earlier_aside(tmp_path, "new") == 2
+    assert (tmp_path / MEASUREMENTS).read_text() == rows[1] + rows[3] + '{"config_hash": "ne'
+    assert (tmp_path / EARLIER_FILE).read_text() == "kept before\n" + rows[0] + rows[2]
+    assert set_earlier_aside(tmp_path / "absent", "new") == 0
