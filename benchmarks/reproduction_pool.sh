@@ -7,9 +7,9 @@
 #
 # Measures until the pool is complete or LIMIT_S passes, appending to reproduction/pools/$POOL/measurements.jsonl
 # (the next call resumes from it), then copies that file (with measurements-earlier.jsonl, where an earlier
-# protocol's measurements went, and other-hardware.jsonl, where the runner set measurements aside) to $OUT. Put them back into reproduction/pools/$POOL/ here and run
-# `dvc repro reproduction/dvc.yaml`: the frozen stage takes the new measurements as its output and the report
-# follows. DRY_RUN=1 prints the stage's command and runs nothing.
+# protocol's measurements went, and other-hardware.jsonl, where the runner set measurements aside) to $OUT.
+# Put them back into reproduction/pools/$POOL/ here and run `dvc repro reproduction/dvc.yaml`: the frozen
+# stage takes the new measurements as its output and the report follows. DRY_RUN=1 prints the stage's command and runs nothing.
 set -uo pipefail
 : "${POOL:?set POOL=gpu-h100 (a folder of reproduction/pools)}"
 OUT=${OUT:-/tmp/cudal1-reproduction}

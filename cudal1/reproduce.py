@@ -9,8 +9,9 @@ repository root:
 ``prepare`` fixes what each pool measures (``<pool>/inputs.json``: its GPU kind and devices, the release by
 name and sha256, the baseline columns, the protocol and the inputs' key). ``measure`` evaluates that on a GPU
 of the pool's kind, appending every evaluation to ``<pool>/measurements.jsonl``, which the repository keeps
-(a stopped run resumes from it; an earlier protocol's measurements go to ``measurements-earlier.jsonl``). ``gather`` decides which protocol's measurements each pool's figures come
-from and whether the pool is complete (``gathered.json``). ``report`` writes the page, its CSV and JSON and
+(a stopped run resumes from it; an earlier protocol's measurements go to ``measurements-earlier.jsonl``).
+``gather`` decides which protocol's measurements each pool's figures come from and whether the pool is
+complete (``gathered.json``). ``report`` writes the page, its CSV and JSON and
 one per-row CSV per GPU kind. Torch and this package only: a GPU host needs no DVC to run ``measure``.
 """
 
@@ -47,8 +48,8 @@ from cudal1.reproduction import release_inputs, reported_aggregates, row_table
 
 DVC_FILE = "reproduction/dvc.yaml"
 INPUTS = "inputs.json"  # what a pool measures, written by prepare
-# Earlier protocols' measurements, set aside by measure; gather and report still read them (the protocol a pool's
-# figures come from until the current one is complete, and the rows that moved between the two)
+# Earlier protocols' measurements, set aside by measure; gather and report still read them (the protocol a
+# pool's figures come from until the current one is complete, and the rows that moved between the two)
 EARLIER = "measurements-earlier.jsonl"
 REPORT_COMMAND = f"dvc repro {DVC_FILE}"
 
@@ -109,9 +110,9 @@ def set_earlier_aside(pool_dir: Path, config_hash: str) -> int:
     """Move the measurements of protocols other than ``config_hash`` from ``<pool>/measurements.jsonl`` to the
     end of ``<pool>/measurements-earlier.jsonl``, each line as it was, so that the file the runner appends to
     holds the current protocol's alone (cross_gpu reads every ``measurements*.jsonl`` of a pool; one file
-    holding every protocol's rows passed 2 MB). A line that does not parse (a run killed mid-write) stays. Returns how
-    many moved. Stopped between its two writes, it leaves copies of the moved rows in both files: the same
-    evaluations, counted once."""
+    holding every protocol's rows passed 2 MB). A line that does not parse (a run killed mid-write) stays.
+    Returns how many moved. Stopped between its two writes, it leaves copies of the moved rows in both
+    files: the same evaluations, counted once."""
     kept = pool_dir / MEASUREMENTS
     if not kept.is_file():
         return 0
