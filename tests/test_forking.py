@@ -209,7 +209,8 @@ def test_a_torch_compile_programs_worker_asks_its_server_for_the_warm_imports(tm
     problem = fixture_problem("scale_shift")
     plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
     compiled = plain.replace("return x", "return torch.compile(lambda y: y)(x)")
-    for source in (plain, compiled):
+    dynamo = "import torch._dynamo\n" + plain  # what the worker's own load counts as compiling (probes.py)
+    for source in (plain, compiled, dynamo):
         with prepare_candidate_worker(problem, Candidate("p", source), FAST, tmp_path) as worker:
             worker.wait_ready(120)
-    assert asked == [False, True]
+    assert asked == [False, True, True]

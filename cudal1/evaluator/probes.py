@@ -223,10 +223,15 @@ def inspect_outputs(outputs: list[Any], inputs: list[Any], device: torch.device)
     return problems
 
 
+def calls_compile(source: str) -> bool:
+    """Whether a program may use torch.compile's machinery: its worker makes torch.compile's start before
+    its load (Worker.load), and its fork server's warm imports are made for it (zygote.py)."""
+    return "torch.compile" in source or "_dynamo" in source or "_inductor" in source
+
+
 def uses_compile(path: str) -> bool:
     with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    return "torch.compile" in text or "_dynamo" in text or "_inductor" in text
+        return calls_compile(handle.read())
 
 
 def same_layout(a: list[Any], b: list[Any]) -> bool:
