@@ -66,17 +66,30 @@ def check_devices(gpu_kind: str, devices: Sequence[str]) -> None:
 def set_aside(measurements: Path, gpu_kind: str) -> int:
     """Move measurements made on hardware other than the pool's kind out of ``measurements`` (into
     ``other-hardware.jsonl`` beside it, nothing lost), so a resumed run measures those candidates again."""
+    return move_rows(measurements, ELSEWHERE, lambda row: on_kind(gpu_kind, Evaluation.from_row(row)))
+
+
+def move_rows(measurements: Path, to: str, stays: Callable[[dict[str, Any]], bool]) -> int:
+    """Move the rows of the JSON-lines file ``measurements`` that ``stays`` refuses to the end of the file
+    ``to`` beside it, each line as it was; a line that does not parse (a run killed mid-write) stays. Returns
+    how many moved. Stopped between its two writes, it leaves the moved rows in both files: the same
+    evaluations, counted once."""
     if not measurements.is_file():
         return 0
-    rows = load_evaluations(measurements)
-    wrong = [e for e in rows if not on_kind(gpu_kind, e)]
-    if wrong:
-        elsewhere = measurements.with_name(ELSEWHERE)
-        save_evaluations((load_evaluations(elsewhere) if elsewhere.is_file() else []) + wrong, elsewhere)
-        tmp = measurements.with_name("tmp-" + measurements.name)  # .jsonl: the format goes by suffix
-        save_evaluations([e for e in rows if on_kind(gpu_kind, e)], tmp)
+    kept, moved = [], []
+    for line in measurements.read_text().splitlines(keepends=True):
+        try:
+            goes = not stays(json.loads(line))
+        except json.JSONDecodeError:
+            goes = False
+        (moved if goes else kept).append(line)
+    if moved:
+        with measurements.with_name(to).open("a") as out:
+            out.write("".join(moved))
+        tmp = measurements.with_name("tmp-" + measurements.name)
+        tmp.write_text("".join(kept))
         os.replace(tmp, measurements)
-    return len(wrong)
+    return len(moved)
 
 
 def write_jsonl(records: Iterable[Any], path: Path) -> None:

@@ -39,7 +39,7 @@ from cudal1.cross_gpu import (
     table_rows,
     write_tables,
 )
-from cudal1.cross_gpu_pool import MEASUREMENTS, pool_config, protocol_section, stage
+from cudal1.cross_gpu_pool import MEASUREMENTS, move_rows, pool_config, protocol_section, stage
 from cudal1.data_sources import DataFileError, declared_name, file_sha256
 from cudal1.evaluator.config import EvalConfig
 from cudal1.gpu_gaps import gaps
@@ -108,28 +108,10 @@ def spec_inputs(spec: dict[str, Any], release_path: str | Path | None = None
 
 def set_earlier_aside(pool_dir: Path, config_hash: str) -> int:
     """Move the measurements of protocols other than ``config_hash`` from ``<pool>/measurements.jsonl`` to the
-    end of ``<pool>/measurements-earlier.jsonl``, each line as it was, so that the file the runner appends to
-    holds the current protocol's alone (cross_gpu reads every ``measurements*.jsonl`` of a pool; one file
-    holding every protocol's rows passed 2 MB). A line that does not parse (a run killed mid-write) stays.
-    Returns how many moved. Stopped between its two writes, it leaves copies of the moved rows in both
-    files: the same evaluations, counted once."""
-    kept = pool_dir / MEASUREMENTS
-    if not kept.is_file():
-        return 0
-    current, earlier = [], []
-    for line in kept.read_text().splitlines(keepends=True):
-        try:
-            other = json.loads(line).get("config_hash") != config_hash
-        except json.JSONDecodeError:
-            other = False
-        (earlier if other else current).append(line)
-    if earlier:
-        with (pool_dir / EARLIER).open("a") as out:
-            out.write("".join(earlier))
-        scratch = kept.with_name(f"{kept.name}.tmp")
-        scratch.write_text("".join(current))
-        scratch.replace(kept)
-    return len(earlier)
+    end of ``<pool>/measurements-earlier.jsonl`` (cross_gpu_pool.move_rows), so that the file the runner
+    appends to holds the current protocol's alone (cross_gpu reads every ``measurements*.jsonl`` of a pool;
+    one file holding every protocol's rows passed 2 MB). Returns how many moved."""
+    return move_rows(pool_dir / MEASUREMENTS, EARLIER, lambda row: row.get("config_hash") == config_hash)
 
 
 def measure(pool_dir: Path, devices: Sequence[str] = (), release_path: str | None = None,

@@ -202,10 +202,10 @@ def test_a_torch_compile_programs_worker_asks_its_server_for_the_warm_imports(tm
     from cudal1.candidates import Candidate
     from cudal1.evaluator.workers import prepare_candidate_worker
 
-    asked: list[bool] = []
-    fork = forking.fork_worker
-    monkeypatch.setattr("cudal1.evaluator.process.fork_worker",
-                        lambda *args, **kw: asked.append(args[8]) or fork(*args, **kw))
+    asked: list[bool] = []  # what each request to the server said
+    fork = forking.ForkServer.fork
+    monkeypatch.setattr(forking.ForkServer, "fork",
+                        lambda server, request, fds, **kw: asked.append(request["compile"]) or fork(server, request, fds, **kw))
     problem = fixture_problem("scale_shift")
     plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
     compiled = plain.replace("return x", "return torch.compile(lambda y: y)(x)")
