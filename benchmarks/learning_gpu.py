@@ -1,5 +1,4 @@
-"""The learning stages measured: on a GPU the smoke run and the recipe, on the CPU the format-weight
-comparison. One use a call, each through the stages' core functions (cudal1.training, cudal1.generation),
+"""The learning stages measured on a GPU: the smoke run and the recipe. One use a call, each through the stages' core functions (cudal1.training, cudal1.generation),
 not a copy of them:
 
     # GPU smoke run: tiny policy -> SFT -> one contrastive-RL epoch on the first starter problems; its last
@@ -10,11 +9,8 @@ not a copy of them:
     PYTHONPATH=. python3 benchmarks/learning_gpu.py --recipe --params-overlay configs/gpu-real-model.yaml \\
         --model /models/qwen-coder-1.5b --out /tmp/recipe
     # (benchmarks/release_bench.py --recipe /tmp/recipe turns the run into a results folder with its curves)
-    # on the CPU after `make run`: contrastive RL from the pipeline's self-supervised policy under each format
-    # weight and seed, one run at a time -> results/format-weight
-    nice python benchmarks/learning_gpu.py --format-weights 0 0.5 --seeds 0 1 2 --result results/format-weight
 
-Neither GPU use needs prefect, mlflow or polars. ``--dry-run`` prints the settings and stops before torch
+Neither needs prefect, mlflow or polars. ``--dry-run`` prints the settings and stops before torch
 is imported.
 """
 
@@ -102,9 +98,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "configs/gpu-tiny-policy.yaml)")
     parser.add_argument("--model", default=None, help="recipe: the policy (hub id or folder) instead of policy.model")
     parser.add_argument("--held-out", nargs="*", default=list(HELD_OUT), help="recipe: problem ids held out")
-    parser.add_argument("--format-weights", type=float, nargs="*", default=None, help="compare these weights")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="format weights: seeds of each")
-    parser.add_argument("--result", default=None, help="format weights: the results folder to write")
     parser.add_argument("--commit", default=None, help="the commit the run used (default: this checkout's)")
     parser.add_argument("--dry-run", action="store_true", help="print the settings and stop")
     args = parser.parse_args(argv)
@@ -388,62 +381,12 @@ def recipe_rl(args: argparse.Namespace, rl: Any, by_id: dict, held_by_id: dict, 
     save()
 
 
-def compare_format_weights(args: argparse.Namespace) -> None:
-    """Contrastive RL from the pipeline's outputs (`make run` first) once per format weight and seed, one run
-    at a time, in a work folder of its own (a rerun resumes); the last epoch's success rate and mean speedup
-    reward of each run, and their means per weight, as a results folder."""
-    import statistics
-    from dataclasses import replace
-
-    import polars as pl
-
-    from cudal1.config import load_params
-    from cudal1.measured import Table, this_machine, write_result
-    from cudal1.pool import CandidatePool
-    from cudal1.problems import Problem
-    from cudal1.training.evaluation import evaluator_fn
-    from cudal1.training.finetune import load_policy, policy_source
-    from cudal1.training.rl import run_contrastive_rl
-
-    params = load_params(args.params, "contrastive_rl", args.params_overlay)
-    problems = {r["problem_id"]: Problem(r["problem_id"], r["level"], r["name"], r["source"], r["suite"])
-                for r in pl.read_parquet(params.problems).iter_rows(named=True)}
-    cache, work, runs = CandidatePool.load(params.pool_cache), Path(args.out) / "format-weight", []
-    for weight in args.format_weights:
-        for seed in args.seeds:
-            settings = replace(params, format_weight=weight, seed=seed)
-            model, tokenizer = load_policy(policy_source(params.policy))
-            with evaluator_fn(params.protocol, params.devices) as evaluate:
-                _, epochs = run_contrastive_rl(model, tokenizer, problems, CandidatePool.load(params.pool), evaluate,
-                                               settings, work / f"w{weight}-s{seed}", cache=cache)
-            last = epochs[-1]
-            runs.append([weight, seed, round(last["success_rate"], 4), round(last["mean_reward"], 4),
-                         round(last["well_formed_rate"], 4), round(sum(e["epoch_seconds"] for e in epochs), 1)])
-            print(json.dumps(dict(zip(RUN_COLUMNS, runs[-1], strict=True))), flush=True)
-    by_weight = [[w, *(round(statistics.fmean(r[i] for r in runs if r[0] == w), 4) for i in (2, 3, 4))]
-                 for w in args.format_weights]
-    figures = {f"{name}_w{w:g}": row[i] for row in by_weight for i, name in ((1, "success"), (2, "reward"), (3, "wellformed"))
-               for w in [row[0]]}
-    write_result(Path(args.result), title="Contrastive RL on the CPU default with and without the format reward",
-                 command="nice python benchmarks/learning_gpu.py " + " ".join(sys.argv[1:]), hardware=this_machine(),
-                 commit=args.commit, figures=figures | {"seeds": len(args.seeds), "epochs": params.epochs},
-                 tables={"runs": Table(list(RUN_COLUMNS), runs),
-                         "by_weight": Table(["format weight", "success rate", "mean reward", "well-formed rate"],
-                                            by_weight)})
-    print(json.dumps(by_weight))
-
-
-RUN_COLUMNS = ("format weight", "seed", "success rate", "mean reward", "well-formed rate", "seconds")
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.dry_run:
         print(json.dumps(vars(args) | {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
         return
-    if args.format_weights is not None:
-        compare_format_weights(args)
-    elif args.recipe:
+    if args.recipe:
         recipe(args)
     else:
         smoke(args)

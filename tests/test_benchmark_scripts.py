@@ -199,35 +199,6 @@ def test_learning_gpu_runs_the_recipe_on_the_cpu_and_records_it(tmp_path: Path) 
     assert (tmp_path / "learning-cpu" / "epochs.csv").read_text().startswith("epoch,success_rate,")
 
 
-@pytest.mark.slow
-def test_learning_gpu_compares_format_weights_from_the_pipelines_outputs(tmp_path: Path) -> None:
-    import yaml
-
-    from cudal1.generation.templates import template_source
-    from cudal1.generation.tiny_policy import build_tiny_policy
-    from cudal1.measured import read_result
-    from cudal1.pool import CandidatePool, PoolEntry
-    from cudal1.training.data import tokenizer_texts
-    from tasks.io import problems_to_parquet
-
-    problems = [p for p in load_starter_suite() if p.problem_id == "starter-L1-2"]
-    corpus = [PoolEntry(p.problem_id, f"c{i}", f"{i}" * 64, template_source(p, v), f"template:{v}", "ok", 1.0 + i / 10)
-              for p in problems for i, v in enumerate(("no_grad", "inference_mode"))]
-    problems_to_parquet(problems, tmp_path / "data/problems/problems.parquet")
-    CandidatePool(corpus).save(tmp_path / "data/self_supervised/pool.parquet")  # where the pipeline leaves them
-    build_tiny_policy(tmp_path / "models/self_supervised", tokenizer_texts(problems, corpus), vocab_size=1024,
-                      hidden=64, layers=1, max_positions=1024)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"contrastive_rl": TINY_RECIPE["contrastive_rl"]}))
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "learning_gpu.py"), "--device", "cpu", "--params",
-                           str(tmp_path / "params.yaml"), "--format-weights", "0", "0.5", "--seeds", "0",
-                           "--out", str(tmp_path / "work"), "--result", str(tmp_path / "format-weight")],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = read_result(tmp_path / "format-weight")
-    assert [r[:2] for r in result.table("runs").rows] == [[0.0, 0], [0.5, 0]]
-    assert {"success_w0", "reward_w0", "success_w0.5", "reward_w0.5"} <= set(result.figures)
-
-
 # A stand-in for release_eval.py (release_run.sh's TREE): records its options and its session, writes a
 # row a second, and finishes once it holds three.
 STAND_IN = '''import json, os, sys, time

@@ -25,7 +25,7 @@ from typing import Any
 from cudal1.candidates import Candidate, Evaluation, harness_failed
 from cudal1.pool import CandidatePool, PoolEntry
 from cudal1.problems import Problem
-from cudal1.prompts import SECTIONS, parse_response
+from cudal1.prompts import parse_response
 
 # (problems, candidates) -> one evaluation per candidate, in order; cudal1.evaluator.evaluate_many fits.
 EvaluateFn = Callable[[Sequence[Problem], Sequence[Candidate]], list[Evaluation]]
@@ -70,25 +70,6 @@ def group_rewards(speedups: Sequence[float | None], clip: float = 1.5, failure_r
     if present and (max(present) - min(present)) <= resolution * statistics.median(present):
         return [failure_reward if s is None else 0.0 for s in speedups]
     return [failure_reward if z is None else max(-clip, min(clip, z)) for z in normalise_group(speedups)]
-
-
-def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
-    """Fraction of protocol sections present and not empty, minus 1 when no evaluable program: in [−1, 1].
-    Beside the speedup reward it tells failures apart: a truncated answer that kept the protocol's shape
-    scores above one that lost it.
-
-    >>> format_reward(["## Performance Analysis\\na\\n## Algorithm Design\\nb\\n## Code Implementation\\n"
-    ...                "```python\\nclass ModelNew: pass\\n```"])
-    [1.0]
-    >>> format_reward(["hello"])
-    [-1.0]
-    """
-    out = []
-    for completion in completions:
-        parsed = parse_response(completion_text(completion))
-        present = sum(bool(parsed.sections.get(name, "").strip()) for name in SECTIONS) / len(SECTIONS)
-        out.append(present - (0.0 if parsed.ok else 1.0))
-    return out
 
 
 def completion_text(completion: Any) -> str:

@@ -33,7 +33,7 @@ from cudal1.training.finetune import (
     on_cpu,
     save_policy,
 )
-from cudal1.training.rewards import EvaluateFn, SpeedupReward, epoch_metrics, format_reward
+from cudal1.training.rewards import EvaluateFn, SpeedupReward, epoch_metrics
 from cudal1.training.settings import RLSettings
 
 
@@ -168,11 +168,6 @@ def run_contrastive_rl(
                            admit=settings.prompts.admit,
                            admit_margin=settings.prompts.admit_margin, resolution=settings.speedup_resolution,
                            require_analysis=True)
-    funcs: list[Any] = [reward]
-    weights = [1.0]
-    if settings.format_weight:
-        funcs.append(format_reward)
-        weights.append(settings.format_weight)
     steps = sum(int(e.get("steps", 0)) for e in state["epochs"])
     peft = lora_config(settings.lora_r, settings.lora_alpha) if settings.lora else None
     # One optimizer for all epochs of a full fine-tune: a fresh Adam every epoch takes its first steps at
@@ -184,9 +179,8 @@ def run_contrastive_rl(
         t0 = time.perf_counter()
         rows = epoch_prompts(problems, pool, settings, epoch)
         args = grpo_config(settings, out_dir, epoch, len(rows))
-        args.reward_weights = weights if len(weights) > 1 else None
         trainer = GRPOTrainer(
-            model=model, reward_funcs=funcs, args=args, processing_class=tokenizer,
+            model=model, reward_funcs=[reward], args=args, processing_class=tokenizer,
             train_dataset=Dataset.from_list(rows),
             peft_config=peft, callbacks=[make_step_callback(sink, "rl_", steps)],
             optimizers=(optimizer, None),

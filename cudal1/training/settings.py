@@ -151,7 +151,6 @@ class RLSettings:
     # Correct programs whose speedups spread by no more than this (relative) are ties: reward 0 each.
     speedup_resolution: float = 0.0
     failure_reward: float = -2.0  # failed or malformed completions; must be <= -clip
-    format_weight: float = 0.0  # weight of the protocol-format reward beside the speedup reward
     lora: bool = False  # LoRA adapters (peft) instead of a full fine-tune
     lora_r: int = 16  # LoRA rank
     lora_alpha: int = 32  # LoRA scaling

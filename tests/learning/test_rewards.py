@@ -16,7 +16,6 @@ from cudal1.training.evaluation import evaluator_fn
 from cudal1.training.rewards import (
     SpeedupReward,
     epoch_metrics,
-    format_reward,
     group_rewards,
     normalise_group,
 )
@@ -139,15 +138,6 @@ def test_a_failed_reference_is_not_the_completions_failure(problems):
     metrics = epoch_metrics(reward.history)
     assert metrics["success_rate"] == 0.5 and metrics["mean_reward"] == -2.0  # of the two scored completions
     assert metrics["harness_failed_rate"] == 0.5
-
-
-def test_format_reward():
-    assert format_reward([render_response("a", "b", "class ModelNew: pass")]) == [1.0]
-    assert format_reward(["## Code Implementation\n```python\nclass ModelNew: pass\n```"]) == [pytest.approx(1 / 3)]
-    assert format_reward([render_response("", "b", "class ModelNew: pass")]) == [pytest.approx(2 / 3)]  # empty analysis
-    assert format_reward(["## Performance Analysis\na\n## Algorithm Design\nb\n## Code Implementation\n```python\n"
-                          "class ModelNew:"]) == [0.0]  # cut off: the protocol's shape kept, but no program
-    assert format_reward(["nothing"]) == [-1.0]
 
 
 def test_a_response_must_hold_an_analysis_and_a_program(problems):
