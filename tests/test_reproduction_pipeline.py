@@ -154,6 +154,9 @@ def test_gather_keeps_the_earlier_protocol_until_the_current_one_is_complete(tmp
     current = gathered["config_hash"]
     (h100, h200) = gathered["pools"]
     assert h100["measured_under"] == EARLIER and h100["status"] == "completed"
+    assert h100["message"].startswith(f"figures of an earlier protocol ({EARLIER}): 400 of 840 candidates measured "
+                                      "under the current one so far") and measure_command("gpu-h100") in h100["message"]
+    assert h200["message"] == ""
     assert h200["measured_under"] == current and h200["status"] == "completed" and h200["evaluations"] == 840
     assert protocol_note(gathered) == f" (config hashes: H100 {EARLIER}, H200 {current}; the current protocol's is {current})"
     started = _pool_copy(tmp_path / "started", "gpu-h100", 400, keep_old=False)
