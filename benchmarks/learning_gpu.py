@@ -1,5 +1,7 @@
-"""The learning stages measured on a GPU: the smoke run and the recipe. One use a call, each through the stages' core functions (cudal1.training, cudal1.generation),
-not a copy of them:
+"""The learning stages measured on a GPU: the smoke run and the recipe.
+
+One use a call, each through the stages' core functions (cudal1.training, cudal1.generation), not a copy of
+them:
 
     # GPU smoke run: tiny policy -> SFT -> one contrastive-RL epoch on the first starter problems; its last
     # output line (JSON) is what benchmarks/release_bench.py --rl reads

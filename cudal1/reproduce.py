@@ -163,13 +163,11 @@ def gather(pool_dirs: Sequence[Path]) -> dict[str, Any]:
         covered = protocols_measured(folder, candidates, spec["gpu_kind"])
         chosen = chosen_protocol(covered, len(candidates), config.hash)
         result = gather_pool(folder, spec["pool"], spec["gpu_kind"], config, candidates, config_hash=chosen)
-        message = "" if result.completed else (
-            f"{len(result.evaluations)} of {len(candidates)} candidates measured; measure the rest on a "
-            f"{spec['gpu_kind']} host: `{measure_command(spec['pool'])}`")
+        rest = f"measure the rest on a {spec['gpu_kind']} host: `{measure_command(spec['pool'])}`"
+        message = "" if result.completed else f"{len(result.evaluations)} of {len(candidates)} candidates measured; {rest}"
         if result.completed and chosen != config.hash:  # a reader must see which figures are not the current ones
             message = (f"figures of an earlier protocol ({chosen}): {covered.get(config.hash, 0)} of "
-                       f"{len(candidates)} candidates measured under the current one so far; measure the rest on a "
-                       f"{spec['gpu_kind']} host: `{measure_command(spec['pool'])}`")
+                       f"{len(candidates)} candidates measured under the current one so far; {rest}")
         pools.append({"pool": spec["pool"], "folder": os.path.relpath(folder), "gpu_kind": spec["gpu_kind"],
                       "status": result.status, "measured_under": chosen, "evaluations": len(result.evaluations),
                       "candidates": len(candidates), "message": message})
