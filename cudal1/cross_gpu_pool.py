@@ -71,7 +71,8 @@ def set_aside(measurements: Path, gpu_kind: str) -> int:
 
 def move_rows(measurements: Path, to: str, stays: Callable[[dict[str, Any]], bool]) -> int:
     """Move the rows of the JSON-lines file ``measurements`` that ``stays`` refuses to the end of the file
-    ``to`` beside it, each line as it was; a line that does not parse (a run killed mid-write) stays. Returns
+    ``to`` beside it, each line as it was; a line that does not parse stays where it is (the runner rewrites
+    the file whole and renames it, so none is expected: this is not the place to judge one). Returns
     how many moved. Stopped between its two writes, it leaves the moved rows in both files: the same
     evaluations, counted once."""
     if not measurements.is_file():
