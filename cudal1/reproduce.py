@@ -163,7 +163,7 @@ def gather(pool_dirs: Sequence[Path]) -> dict[str, Any]:
         covered = protocols_measured(folder, candidates, spec["gpu_kind"])
         chosen = chosen_protocol(covered, len(candidates), config.hash)
         result = gather_pool(folder, spec["pool"], spec["gpu_kind"], config, candidates, config_hash=chosen)
-        rest = f"measure the rest on a {spec['gpu_kind']} host: `{measure_command(spec['pool'])}`"
+        rest = f"measure the rest on a host with {spec['gpu_kind']} GPUs: `{measure_command(spec['pool'])}`"
         message = "" if result.completed else f"{len(result.evaluations)} of {len(candidates)} candidates measured; {rest}"
         if result.completed and chosen != config.hash:  # a reader must see which figures are not the current ones
             message = (f"figures of an earlier protocol ({chosen}): {covered.get(config.hash, 0)} of "
