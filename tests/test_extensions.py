@@ -499,3 +499,34 @@ def test_gpu_warm_ups_go_to_every_device_in_turn() -> None:
     builds = submit_builds(pool, ordered, {p.problem_id: p for p in problems}, EvalConfig(device="cuda:0"),
                            ["cuda:0", "cuda:1"], Path("/nonexistent"))
     assert len(builds) == 3 and pool.devices == ["cuda:0", "cuda:1", "cuda:0"], pool.devices
+
+
+def test_one_rule_says_which_programs_compile_for_builds_workers_and_fork_servers(tmp_path: Path) -> None:
+    """A program that reaches torch.compile's machinery through torch._dynamo gets a GPU warm-up build as
+    a torch.compile program does (its worker already made torch.compile's start): the build schedule and
+    the worker read one rule. A CPU batch warms up none of them."""
+    from concurrent.futures import Future
+
+    from cudal1.evaluator.probes import uses_compile
+    from cudal1.evaluator.schedule import submit_builds
+
+    class Recording:
+        def __init__(self) -> None:
+            self.built: list[str] = []
+
+        def submit(self, _fn: object, _problem: Problem, candidate: Candidate, _config: EvalConfig, _root: Path) -> Future:
+            self.built.append(candidate.origin)
+            return Future()
+
+    problem = fixture_problem("scale_shift")
+    plain = problem.source.replace("class Model(", "class ModelNew(")
+    sources = {"plain": plain, "compile": plain + "\nfast = torch.compile(ModelNew)\n",
+               "dynamo": "import torch._dynamo\n" + plain, "inductor": plain + "\nimport torch._inductor.config\n"}
+    ordered = [(problem.problem_id, [Candidate(problem.problem_id, s, origin=o) for o, s in sources.items()])]
+    for config, expected in ((EvalConfig(device="cuda:0"), ["compile", "dynamo", "inductor"]), (EvalConfig(device="cpu"), [])):
+        pool = Recording()
+        submit_builds(pool, ordered, {problem.problem_id: problem}, config, [config.device], Path("/nonexistent"))
+        assert pool.built == expected, (config.device, pool.built)
+    for origin, source in sources.items():
+        (tmp_path / f"{origin}.py").write_text(source)
+        assert uses_compile(str(tmp_path / f"{origin}.py")) == (origin != "plain"), origin

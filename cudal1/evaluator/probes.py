@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.fingerprints import ACCUMULATION, SHIFT, Fingerprints, fingerprint  # noqa: F401 - re-exported
 
 
@@ -223,15 +224,9 @@ def inspect_outputs(outputs: list[Any], inputs: list[Any], device: torch.device)
     return problems
 
 
-def calls_compile(source: str) -> bool:
-    """Whether a program may use torch.compile's machinery: its worker makes torch.compile's start before
-    its load (Worker.load), and its fork server's warm imports are made for it (zygote.py)."""
-    return "torch.compile" in source or "_dynamo" in source or "_inductor" in source
-
-
 def uses_compile(path: str) -> bool:
     with open(path, encoding="utf-8") as handle:
-        return calls_compile(handle.read())
+        return mentions_compile(handle.read())
 
 
 def same_layout(a: list[Any], b: list[Any]) -> bool:

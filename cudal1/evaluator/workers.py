@@ -21,7 +21,7 @@ import torch
 from cudal1.candidates import Candidate
 from cudal1.evaluator import device_draws
 from cudal1.evaluator.config import EvalConfig
-from cudal1.evaluator.probes import calls_compile
+from cudal1.evaluator.extensions import mentions_compile
 from cudal1.evaluator.process import WorkerFailure, WorkerProcess, WorkerSpec
 from cudal1.evaluator.transport import TransportError, receive
 from cudal1.problems import Problem
@@ -209,7 +209,7 @@ def prepare_candidate_worker(problem: Problem, candidate: Candidate, config: Eva
     (work / "reference.py").write_text(problem.source)
     ext_root = extensions_root or default_extensions_root()
     return WorkerProcess(worker_spec(config, problem, extensions_dir=extensions_folder(ext_root, candidate),
-                                     warm_compile=warm_compile, compiles=calls_compile(candidate.source)),
+                                     warm_compile=warm_compile, compiles=mentions_compile(candidate.source)),
                          work, "candidate")
 
 
