@@ -4,6 +4,7 @@ batch loads the next candidate while the current one is checked (CPU, real g++ a
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -478,24 +479,28 @@ def test_builds_are_submitted_in_the_order_the_groups_are_timed(monkeypatch: pyt
     assert all(isinstance(prebuilt[o], float) and prebuilt[o] > 0 for o in ("first problem", "second problem"))
 
 
+class RecordingPool:
+    """A build pool that records what submit_builds hands it (each build's candidate and warm-up device)
+    and runs nothing: the schedule is the point."""
+
+    def __init__(self) -> None:
+        self.built: list[str] = []
+        self.devices: list[str] = []
+
+    def submit(self, _fn: object, _problem: Problem, candidate: Candidate, config: EvalConfig, _root: Path) -> Future:
+        self.built.append(candidate.origin)
+        self.devices.append(config.device)
+        return Future()
+
+
 def test_gpu_warm_ups_go_to_every_device_in_turn() -> None:
     """On two H200s every build's GPU warm-up went to the first device; they now alternate."""
-    from concurrent.futures import Future
-
     from cudal1.evaluator.schedule import submit_builds
-
-    class Recording:
-        def __init__(self) -> None:
-            self.devices: list[str] = []
-
-        def submit(self, _fn: object, _problem: Problem, _candidate: Candidate, config: EvalConfig, _root: Path) -> Future:
-            self.devices.append(config.device)
-            return Future()
 
     problems = [fixture_problem(s) for s in ("scale_shift", "relu", "min_clamp")]
     ordered = [(p.problem_id, [Candidate(p.problem_id, fallback_program(f"warm_{i}", "int f();"))])
                for i, p in enumerate(problems)]
-    pool = Recording()
+    pool = RecordingPool()
     builds = submit_builds(pool, ordered, {p.problem_id: p for p in problems}, EvalConfig(device="cuda:0"),
                            ["cuda:0", "cuda:1"], Path("/nonexistent"))
     assert len(builds) == 3 and pool.devices == ["cuda:0", "cuda:1", "cuda:0"], pool.devices
@@ -505,18 +510,8 @@ def test_one_rule_says_which_programs_compile_for_builds_workers_and_fork_server
     """A program that reaches torch.compile's machinery through torch._dynamo gets a GPU warm-up build as
     a torch.compile program does (its worker already made torch.compile's start): the build schedule and
     the worker read one rule. A CPU batch warms up none of them."""
-    from concurrent.futures import Future
-
     from cudal1.evaluator.probes import uses_compile
     from cudal1.evaluator.schedule import submit_builds
-
-    class Recording:
-        def __init__(self) -> None:
-            self.built: list[str] = []
-
-        def submit(self, _fn: object, _problem: Problem, candidate: Candidate, _config: EvalConfig, _root: Path) -> Future:
-            self.built.append(candidate.origin)
-            return Future()
 
     problem = fixture_problem("scale_shift")
     plain = problem.source.replace("class Model(", "class ModelNew(")
@@ -524,7 +519,7 @@ def test_one_rule_says_which_programs_compile_for_builds_workers_and_fork_server
                "dynamo": "import torch._dynamo\n" + plain, "inductor": plain + "\nimport torch._inductor.config\n"}
     ordered = [(problem.problem_id, [Candidate(problem.problem_id, s, origin=o) for o, s in sources.items()])]
     for config, expected in ((EvalConfig(device="cuda:0"), ["compile", "dynamo", "inductor"]), (EvalConfig(device="cpu"), [])):
-        pool = Recording()
+        pool = RecordingPool()
         submit_builds(pool, ordered, {problem.problem_id: problem}, config, [config.device], Path("/nonexistent"))
         assert pool.built == expected, (config.device, pool.built)
     for origin, source in sources.items():

@@ -88,8 +88,7 @@ def mentions_compile(source: str) -> bool:
     ``torch._inductor``; the template baselines do): it compiles on its first call, so on a GPU a build
     worker warms it up and the timed worker finds the inductor and Triton caches of its own source filled
     (see process.py); its worker makes torch.compile's start before its load (Worker.load) and its fork
-    server's warm imports are made for it (zygote.py). One rule for all three: no CUDA-L1 release
-    program names _dynamo or _inductor without torch.compile, so widening the build rule moved none."""
+    server's warm imports are made for it (zygote.py): one rule, so the three never disagree."""
     return "torch.compile" in source or "_dynamo" in source or "_inductor" in source
 
 
