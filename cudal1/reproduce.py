@@ -164,10 +164,13 @@ def gather(pool_dirs: Sequence[Path]) -> dict[str, Any]:
         chosen = chosen_protocol(covered, len(candidates), config.hash)
         result = gather_pool(folder, spec["pool"], spec["gpu_kind"], config, candidates, config_hash=chosen)
         rest = f"measure the rest on a host with {spec['gpu_kind']} GPUs: `{measure_command(spec['pool'])}`"
-        message = "" if result.completed else f"{len(result.evaluations)} of {len(candidates)} candidates measured; {rest}"
-        if result.completed and chosen != config.hash:  # a reader must see which figures are not the current ones
+        if not result.completed:
+            message = f"{len(result.evaluations)} of {len(candidates)} candidates measured; {rest}"
+        elif chosen != config.hash:  # a reader must see which figures are not the current ones
             message = (f"figures of an earlier protocol ({chosen}): {covered.get(config.hash, 0)} of "
                        f"{len(candidates)} candidates measured under the current one so far; {rest}")
+        else:
+            message = ""
         pools.append({"pool": spec["pool"], "folder": os.path.relpath(folder), "gpu_kind": spec["gpu_kind"],
                       "status": result.status, "measured_under": chosen, "evaluations": len(result.evaluations),
                       "candidates": len(candidates), "message": message})
